@@ -1,0 +1,53 @@
+# One entry point for people, CI and the Docker build. See README.md.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+MODEL ?= base
+MODELS_DIR ?= models
+TEST_MODELS := tiny.en base
+HOST ?= 0.0.0.0
+PORT ?= 8000
+
+.PHONY: setup setup-dev models test-models run test lint format bench test-docker clean
+
+$(VENV)/.runtime: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.runtime
+setup-dev: $(VENV)/.dev
+
+## Build one model folder: make models MODEL=tiny.en [PRECISION=fp32]
+models: setup
+	$(PY) -m app.export build $(MODEL) --models-dir $(MODELS_DIR) $(if $(PRECISION),--precision $(PRECISION)) --skip-existing
+
+test-models: setup
+	$(foreach m,$(TEST_MODELS),$(PY) -m app.export build $(m) --models-dir $(MODELS_DIR) --skip-existing &&) true
+
+run: models
+	STT_MODELS=$${STT_MODELS:-$(MODEL)} STT_MODELS_DIR=$(MODELS_DIR) \
+	$(PY) -m uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT)
+
+test: setup-dev test-models
+	$(PY) -m ruff check app tests benchmarks
+	$(PY) -m pytest -q
+
+lint: setup-dev
+	$(PY) -m ruff check app tests benchmarks
+	$(PY) -m ruff format --check app tests benchmarks
+
+format: setup-dev
+	$(PY) -m ruff format app tests benchmarks
+	$(PY) -m ruff check --fix app tests benchmarks
+
+test-docker:
+	docker/ci-smoke.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,56 @@
+"""`python -m app.export build NAME [--from FOLDER] [--precision fp32|fp16]` and `list`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app.export.build import PRECISIONS, build_model
+from app.export.errors import BuildError
+from app.export.sources import catalog
+
+DEFAULT_CACHE = Path(".cache/weights")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.export", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="build a model folder from packaged or local weights")
+    build.add_argument("name", help="catalog name (tiny.en, base) or a name for --from weights")
+    build.add_argument("--from", dest="source", type=Path, default=None,
+                       help="a local folder of CTranslate2 or Hugging Face Whisper weights")
+    build.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32")
+    build.add_argument("--models-dir", type=Path, default=Path("models"))
+    build.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
+                       help="where downloaded packages are kept (default: %(default)s)")
+    build.add_argument("--skip-existing", action="store_true",
+                       help="do nothing when the model folder is already complete")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+    commands.add_parser("list", help="list the catalog's models")
+    args = parser.parse_args(argv)
+
+    if args.command == "list":
+        for name, entry in catalog().items():
+            print(f"{name:10} {entry['description']}")
+        return 0
+    try:
+        summary = build_model(
+            args.name, args.models_dir, args.cache_dir, args.precision, args.source,
+            skip_existing=args.skip_existing, progress=not args.quiet,
+        )
+    except BuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    if summary is None:
+        print(f"{args.models_dir / args.name} is already built", file=sys.stderr)
+    else:
+        print(summary.line(), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

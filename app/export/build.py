@@ -1,0 +1,129 @@
+"""Build a model folder: weights -> encoder.onnx + decoder.onnx + tokenizer.json + manifest.json.
+
+The folder is written under a temporary name and renamed when complete, so a failed build leaves
+nothing half-written in the models folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import resource
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from tqdm import tqdm
+
+from app.export.errors import BuildError
+from app.export.manifest import build_manifest
+from app.export.sources import (
+    MODEL_NAME,
+    ResolvedSource,
+    fetch_catalog_model,
+    resolve_local_folder,
+    sha256_of,
+)
+from app.export.whisper_graphs import build_decoder, build_encoder
+from app.runtime.contract import MODEL_FILES
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = {"fp32": np.float32, "fp16": np.float16}
+_MAX_PROTOBUF_BYTES = 1_800_000_000  # beyond this, weights go to an external data file
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    name: str
+    folder: Path
+    precision: str
+    seconds: float
+    file_sizes: dict[str, int]
+    peak_rss_mb: float
+
+    def line(self) -> str:
+        sizes = ", ".join(f"{f} {n / 1e6:.1f} MB" for f, n in self.file_sizes.items())
+        return (
+            f"built {self.name} ({self.precision}) in {self.seconds:.1f} s -> {self.folder}: "
+            f"{sizes}; peak RSS {self.peak_rss_mb:.0f} MB"
+        )
+
+
+def _save(model: onnx.ModelProto, path: Path) -> None:
+    if model.ByteSize() > _MAX_PROTOBUF_BYTES:
+        onnx.save(model, path, save_as_external_data=True, location=f"{path.name}.data")
+    else:
+        onnx.save(model, path)
+
+
+def build_model(
+    name: str,
+    models_dir: Path,
+    cache_dir: Path,
+    precision: str = "fp32",
+    source_folder: Path | None = None,
+    skip_existing: bool = False,
+    progress: bool = True,
+) -> BuildSummary | None:
+    """Build `models_dir/name`; returns None when it exists and `skip_existing` is set."""
+    if not MODEL_NAME.match(name):
+        raise BuildError(f"invalid model name {name!r}: use letters, digits, '.', '_' or '-'")
+    if precision not in PRECISIONS:
+        raise BuildError(f"unknown precision {precision!r}: choose {' or '.join(PRECISIONS)}")
+    target = Path(models_dir) / name
+    if target.exists():
+        if skip_existing and all((target / f).is_file() for f in MODEL_FILES):
+            return None
+        if skip_existing:
+            raise BuildError(f"{target} exists but is incomplete: delete it and build again")
+        raise BuildError(f"{target} already exists: delete it first, or pass --skip-existing")
+
+    started = time.perf_counter()
+    partial = Path(models_dir) / f".{name}.partial-{os.getpid()}"
+    steps = tqdm(total=6, desc=f"build {name}", unit="step", disable=not progress)
+    try:
+        steps.set_postfix_str("fetching weights")
+        source: ResolvedSource = (
+            resolve_local_folder(source_folder)
+            if source_folder is not None
+            else fetch_catalog_model(name, Path(cache_dir))
+        )
+        steps.update()
+        steps.set_postfix_str("reading weights")
+        weights = source.load_weights()
+        dims = weights.dims()
+        steps.update()
+        partial.mkdir(parents=True)
+        dtype = PRECISIONS[precision]
+        steps.set_postfix_str("encoder graph")
+        _save(build_encoder(weights, dtype), partial / "encoder.onnx")
+        steps.update()
+        steps.set_postfix_str("decoder graph")
+        _save(build_decoder(weights, dtype), partial / "decoder.onnx")
+        steps.update()
+        del weights
+        shutil.copyfile(source.tokenizer, partial / "tokenizer.json")
+        manifest = build_manifest(
+            name, dims, partial / "tokenizer.json", source.generation, precision,
+            source.description,
+        )
+        steps.set_postfix_str("hashing")
+        hashes = {f: sha256_of(partial / f) for f in MODEL_FILES if f != "manifest.json"}
+        manifest = dataclasses.replace(manifest, sha256=hashes)
+        (partial / "manifest.json").write_text(manifest.to_json())
+        steps.update()
+        partial.rename(target)
+        steps.update()
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    finally:
+        steps.close()
+    sizes = {p.name: p.stat().st_size for p in sorted(target.iterdir())}
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return BuildSummary(name, target, precision, time.perf_counter() - started, sizes, peak_mb)

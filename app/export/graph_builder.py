@@ -1,0 +1,123 @@
+"""A small builder over `onnx.helper`: named values in, named values out, weights as initializers."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 18
+_ONNX_TYPES = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(np.int64): TensorProto.INT64,
+    np.dtype(np.bool_): TensorProto.BOOL,
+}
+
+
+class GraphBuilder:
+    """Collects nodes, initializers and I/O of one graph.
+
+    `weight()` stores a parameter once (in `weight_dtype`) and returns an fp32 value to compute with:
+    fp16 parameters are followed by a Cast so arithmetic, LayerNorm and Softmax stay fp32.
+    """
+
+    def __init__(self, name: str, weight_dtype: np.dtype = np.float32) -> None:
+        self.name = name
+        self.weight_dtype = np.dtype(weight_dtype)
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self._weights: dict[str, str] = {}
+        self._ids = itertools.count()
+
+    def _fresh(self, hint: str) -> str:
+        return f"{hint}_{next(self._ids)}"
+
+    def input(self, name: str, dtype: type, shape: Sequence[int | str]) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, _ONNX_TYPES[np.dtype(dtype)], shape))
+        return name
+
+    def output(self, value: str, name: str, dtype: type, shape: Sequence[int | str]) -> None:
+        self.op("Identity", [value], name=name)
+        self.outputs.append(helper.make_tensor_value_info(name, _ONNX_TYPES[np.dtype(dtype)], shape))
+
+    def const(self, array: np.ndarray | float | int | Sequence, hint: str = "const") -> str:
+        """A small constant (shapes, scalars), stored as given."""
+        array = np.asarray(array)
+        if array.dtype == np.float64:
+            array = array.astype(np.float32)
+        name = self._fresh(hint)
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def weight(self, name: str, array: np.ndarray) -> str:
+        """A parameter, stored once under `name`; returns an fp32 value."""
+        if name in self._weights:
+            return self._weights[name]
+        stored = np.ascontiguousarray(array, dtype=self.weight_dtype)
+        self.initializers.append(numpy_helper.from_array(stored, name))
+        value = name
+        if self.weight_dtype != np.float32:
+            value = self.op("Cast", [name], to=TensorProto.FLOAT, name=f"{name}_fp32")
+        self._weights[name] = value
+        return value
+
+    def op(self, op_type: str, inputs: Sequence[str], name: str | None = None, **attrs) -> str:
+        """One node with one output; returns the output's name."""
+        out = name or self._fresh(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+        return out
+
+    def model(self) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, self.name, self.inputs, self.outputs, initializer=self.initializers
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="app.export"
+        )
+        model.ir_version = 9
+        return model
+
+    # Layers shared by the encoder and the decoder
+
+    def linear(self, x: str, weight: np.ndarray, bias: np.ndarray | None, prefix: str) -> str:
+        """x [..., in] @ W^T + b -> [..., out]; W [out, in] is stored transposed."""
+        y = self.op("MatMul", [x, self.weight(f"{prefix}.weight_t", weight.T)])
+        if bias is None:
+            return y
+        return self.op("Add", [y, self.weight(f"{prefix}.bias", bias)])
+
+    def layer_norm(self, x: str, gamma: np.ndarray, beta: np.ndarray, prefix: str) -> str:
+        scale = self.weight(f"{prefix}.weight", gamma)
+        shift = self.weight(f"{prefix}.bias", beta)
+        return self.op("LayerNormalization", [x, scale, shift], axis=-1, epsilon=1e-5)
+
+    def gelu(self, x: str) -> str:
+        """Exact GELU: 0.5 x (1 + erf(x / sqrt 2))."""
+        erf = self.op("Erf", [self.op("Mul", [x, self.const(np.float32(1 / np.sqrt(2)))])])
+        one_plus = self.op("Add", [erf, self.const(np.float32(1.0))])
+        return self.op("Mul", [self.op("Mul", [x, one_plus]), self.const(np.float32(0.5))])
+
+    def split_heads(self, x: str, n_heads: int, head_dim: int) -> str:
+        """[B, T, D] -> [B, H, T, Dh]."""
+        shaped = self.op("Reshape", [x, self.const(np.array([0, 0, n_heads, head_dim], np.int64))])
+        return self.op("Transpose", [shaped], perm=[0, 2, 1, 3])
+
+    def merge_heads(self, x: str, d_model: int) -> str:
+        """[B, H, T, Dh] -> [B, T, D]."""
+        moved = self.op("Transpose", [x], perm=[0, 2, 1, 3])
+        return self.op("Reshape", [moved, self.const(np.array([0, 0, d_model], np.int64))])
+
+    def attention(self, q: str, k: str, v: str, head_dim: int, bias: str | None = None) -> str:
+        """softmax(q k^T / sqrt(Dh) + bias) v; q [B, H, T, Dh], k/v [B|1, H, S, Dh] -> [B, H, T, Dh]."""
+        k_t = self.op("Transpose", [k], perm=[0, 1, 3, 2])
+        scores = self.op("MatMul", [q, k_t])
+        scores = self.op("Mul", [scores, self.const(np.float32(head_dim**-0.5))])
+        if bias is not None:
+            scores = self.op("Add", [scores, bias])
+        return self.op("MatMul", [self.op("Softmax", [scores], axis=-1), v])

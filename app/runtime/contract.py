@@ -1,0 +1,153 @@
+"""The model-folder contract between `app.export` (writer) and the runtime (reader).
+
+ONNX input/output names are generated here from the layer count, and nowhere else.
+A model folder holds `encoder.onnx`, `decoder.onnx`, `tokenizer.json` and `manifest.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+CONTRACT_VERSION = 1
+MODEL_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "manifest.json")
+
+N_SAMPLES_PER_WINDOW = 480_000  # 30 s at 16 kHz
+N_FRAMES = 3000  # mel frames per 30 s window (hop 160)
+SAMPLE_RATE = 16_000
+
+
+class ContractError(RuntimeError):
+    """A model folder does not match the contract this code was written for."""
+
+
+def encoder_input_names() -> list[str]:
+    return ["input_features"]
+
+
+def encoder_output_names(n_layers: int) -> list[str]:
+    """`cross_k_{i}`, `cross_v_{i}` [B, H, n_audio_ctx, Dh] for each decoder layer."""
+    return [f"cross_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v")]
+
+
+def past_names(n_layers: int) -> list[str]:
+    return [f"past_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v")]
+
+
+def decoder_input_names(n_layers: int) -> list[str]:
+    """input_ids, position_ids [B, T]; attention_mask [B, P+T]; past [B, H, P, Dh]; cross."""
+    return [
+        "input_ids",
+        "position_ids",
+        "attention_mask",
+        *past_names(n_layers),
+        *encoder_output_names(n_layers),
+    ]
+
+
+def decoder_output_names(n_layers: int) -> list[str]:
+    """logits [B, T, V]; `new_k_{i}`, `new_v_{i}` [B, H, T, Dh] for the T new positions only."""
+    return ["logits", *(f"new_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v"))]
+
+
+@dataclass(frozen=True)
+class Dims:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_layer: int
+    n_text_ctx: int
+    n_text_layer: int
+    d_model: int
+    n_heads: int
+    n_vocab: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    eot: int
+    sot: int
+    translate: int
+    transcribe: int
+    sot_lm: int
+    sot_prev: int
+    no_speech: int
+    no_timestamps: int
+    timestamp_begin: int  # id of <|0.00|>; timestamp i is timestamp_begin + i (0.02 s steps)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What `manifest.json` says about a model folder."""
+
+    name: str
+    dims: Dims
+    special: SpecialTokens
+    multilingual: bool
+    language_ids: dict[str, int]  # language code -> token id, e.g. "en" -> 50259
+    suppress_ids: tuple[int, ...]
+    suppress_ids_begin: tuple[int, ...]
+    alignment_heads: tuple[tuple[int, int], ...]
+    precision: str
+    source: dict
+    sha256: dict[str, str] = field(default_factory=dict)
+    contract_version: int = CONTRACT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Manifest:
+        version = data.get("contract_version")
+        if version != CONTRACT_VERSION:
+            raise ContractError(
+                f"manifest contract version {version!r}, this code reads version "
+                f"{CONTRACT_VERSION}; rebuild the model with `make models`"
+            )
+        try:
+            return cls(
+                name=data["name"],
+                dims=Dims(**data["dims"]),
+                special=SpecialTokens(**data["special"]),
+                multilingual=bool(data["multilingual"]),
+                language_ids=dict(data["language_ids"]),
+                suppress_ids=tuple(data["suppress_ids"]),
+                suppress_ids_begin=tuple(data["suppress_ids_begin"]),
+                alignment_heads=tuple(tuple(h) for h in data["alignment_heads"]),
+                precision=data["precision"],
+                source=dict(data["source"]),
+                sha256=dict(data.get("sha256", {})),
+                contract_version=version,
+            )
+        except (KeyError, TypeError) as e:
+            raise ContractError(f"manifest.json is missing or has a bad field: {e}") from e
+
+    @classmethod
+    def load(cls, folder: Path) -> Manifest:
+        path = Path(folder) / "manifest.json"
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as e:
+            raise ContractError(f"{folder} is not a model folder: no manifest.json") from e
+        except json.JSONDecodeError as e:
+            raise ContractError(f"{path} is not valid JSON: {e}") from e
+        return cls.from_dict(data)
+
+
+def check_io(kind: str, actual_inputs: list[str], actual_outputs: list[str], n_layers: int) -> None:
+    """Raise ContractError when a session's I/O names differ from the contract's."""
+    if kind == "encoder":
+        want_in, want_out = encoder_input_names(), encoder_output_names(n_layers)
+    else:
+        want_in, want_out = decoder_input_names(n_layers), decoder_output_names(n_layers)
+    for what, want, got in (("inputs", want_in, actual_inputs), ("outputs", want_out, actual_outputs)):
+        if sorted(want) != sorted(got):
+            missing = sorted(set(want) - set(got))
+            extra = sorted(set(got) - set(want))
+            raise ContractError(
+                f"{kind}.onnx {what} do not match the contract: missing {missing}, unexpected {extra}"
+            )
