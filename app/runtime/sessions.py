@@ -1,0 +1,189 @@
+"""ONNX Runtime sessions for one model folder, placed on devices by an explicit policy.
+
+OpenVINO EP: `device_type` AUTO | NPU | GPU | CPU, with AUTO = NPU, else GPU, else CPU as OpenVINO
+reports them. A device asked for by name that is missing is an error, never a silent CPU fallback
+(the EP itself falls back silently, so the active providers are checked after creation).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from app.runtime import contract
+from app.runtime.contract import ContractError, Manifest
+
+log = logging.getLogger(__name__)
+
+EXECUTION_PROVIDERS = ("openvino", "cpu")
+DEVICES = ("AUTO", "NPU", "GPU", "CPU")
+_AUTO_ORDER = ("NPU", "GPU", "CPU")
+_PROVIDER_NAMES = {"openvino": "OpenVINOExecutionProvider", "cpu": "CPUExecutionProvider"}
+
+
+class DeviceError(RuntimeError):
+    """The requested execution provider or device is not available here."""
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Where and how a model runs.
+
+    threads: intra-op threads per session (0 = ONNX Runtime's default: one per core).
+    inference_precision: OpenVINO `INFERENCE_PRECISION_HINT` (e.g. "bf16", "f32"); None = default.
+    """
+
+    ep: str = "openvino"
+    device: str = "AUTO"
+    encoder_device: str | None = None
+    decoder_device: str | None = None
+    threads: int = 0
+    cache_dir: Path | None = None
+    inference_precision: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.ep not in EXECUTION_PROVIDERS:
+            raise DeviceError(f"unknown execution provider {self.ep!r}: use openvino or cpu")
+        for device in (self.device, self.encoder_device, self.decoder_device):
+            if device is not None and device.split(".")[0].upper() not in DEVICES:
+                raise DeviceError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
+        if self.threads < 0:
+            raise DeviceError("threads must be >= 0")
+
+
+def openvino_devices() -> list[str]:
+    """Devices OpenVINO reports on this machine, e.g. ['CPU', 'GPU.0', 'NPU']."""
+    if "OpenVINOExecutionProvider" not in ort.get_available_providers():
+        return []
+    from onnxruntime.capi import _pybind_state
+
+    return list(_pybind_state.get_available_openvino_device_ids())
+
+
+def resolve_device(requested: str, available: list[str]) -> str:
+    """The OpenVINO device_type to use for `requested` (AUTO or a name) given `available`."""
+    requested = requested.upper()
+    families = {d.split(".")[0]: d for d in reversed(available)}
+    if requested == "AUTO":
+        for family in _AUTO_ORDER:
+            if family in families:
+                return family
+        raise DeviceError(f"OpenVINO reports no usable device (found: {available or 'none'})")
+    if requested in available or requested in families:
+        return requested
+    raise DeviceError(
+        f"device {requested} was asked for but OpenVINO reports only: "
+        f"{', '.join(available) or 'no devices'}"
+    )
+
+
+def create_session(
+    path: Path, ep: str, device: str, threads: int, cache_dir: Path | None = None,
+    inference_precision: str | None = None,
+) -> ort.InferenceSession:
+    """A session whose active provider is checked to be the one asked for."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    if ep == "cpu":
+        providers: list = ["CPUExecutionProvider"]
+    else:
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        ov_options = {"device_type": device}
+        if threads:
+            ov_options["num_of_threads"] = str(threads)
+        if cache_dir is not None:
+            Path(cache_dir).mkdir(parents=True, exist_ok=True)
+            ov_options["cache_dir"] = str(cache_dir)
+        if inference_precision:
+            ov_options["load_config"] = json.dumps(
+                {device.split(".")[0]: {"INFERENCE_PRECISION_HINT": inference_precision}}
+            )
+        providers = [("OpenVINOExecutionProvider", ov_options)]
+    try:
+        session = ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
+        raise DeviceError(f"cannot load {path.name} on {ep}/{device}: {e}") from e
+    active = session.get_providers()[0]
+    if active != _PROVIDER_NAMES[ep]:
+        raise DeviceError(f"{path.name} asked for {_PROVIDER_NAMES[ep]} ({device}), got {active}")
+    return session
+
+
+class WhisperSessions:
+    """The encoder and decoder sessions of one model folder; safe to call from many threads."""
+
+    def __init__(
+        self, folder: Path, manifest: Manifest, encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession, devices: dict[str, str], ep: str,
+    ) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        self.devices = devices
+        self.ep = ep
+        self._encoder = encoder
+        self._decoder = decoder
+        n_layers = manifest.dims.n_text_layer
+        self._encoder_outputs = contract.encoder_output_names(n_layers)
+        self._decoder_outputs = contract.decoder_output_names(n_layers)
+        self._past_names = contract.past_names(n_layers)
+        self._cross_names = contract.encoder_output_names(n_layers)
+
+    @classmethod
+    def load(cls, folder: Path, options: RuntimeOptions | None = None) -> WhisperSessions:
+        options = options or RuntimeOptions()
+        folder = Path(folder)
+        manifest = Manifest.load(folder)
+        missing = [f for f in contract.MODEL_FILES if not (folder / f).is_file()]
+        if missing:
+            raise ContractError(f"{folder} lacks {', '.join(missing)}: rebuild the model")
+        devices: dict[str, str] = {}
+        sessions: dict[str, ort.InferenceSession] = {}
+        available = openvino_devices() if options.ep == "openvino" else []
+        if options.ep == "openvino" and not available:
+            raise DeviceError("the OpenVINO execution provider is not installed in this Python")
+        for stage in ("encoder", "decoder"):
+            wanted = getattr(options, f"{stage}_device") or options.device
+            device = resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
+            started = time.perf_counter()
+            session = create_session(
+                folder / f"{stage}.onnx", options.ep, device, options.threads, options.cache_dir,
+                options.inference_precision,
+            )
+            contract.check_io(
+                stage, [i.name for i in session.get_inputs()],
+                [o.name for o in session.get_outputs()], manifest.dims.n_text_layer,
+            )
+            log.info("loaded %s/%s on %s/%s in %.2f s", folder.name, stage, options.ep, device,
+                     time.perf_counter() - started)
+            sessions[stage], devices[stage] = session, device
+        return cls(folder, manifest, sessions["encoder"], sessions["decoder"], devices, options.ep)
+
+    def encode(self, features: np.ndarray) -> list[np.ndarray]:
+        """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]."""
+        return self._encoder.run(self._encoder_outputs, {"input_features": features})
+
+    def decode(
+        self, input_ids: np.ndarray, position_ids: np.ndarray, attention_mask: np.ndarray,
+        past: list[np.ndarray], cross: list[np.ndarray],
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One decoder call (shapes in contract.decoder_input_names); returns logits, new K/V."""
+        feed = {"input_ids": input_ids, "position_ids": position_ids,
+                "attention_mask": attention_mask}
+        feed.update(zip(self._past_names, past, strict=True))
+        feed.update(zip(self._cross_names, cross, strict=True))
+        logits, *new = self._decoder.run(self._decoder_outputs, feed)
+        return logits, new
+
+    def empty_past(self, batch: int = 1) -> list[np.ndarray]:
+        """Zero-length self K/V [batch, H, 0, Dh] for a first call with nothing cached."""
+        dims = self.manifest.dims
+        shape = (batch, dims.n_heads, 0, dims.head_dim)
+        return [np.zeros(shape, np.float32) for _ in self._past_names]
