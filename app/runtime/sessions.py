@@ -84,7 +84,11 @@ def resolve_device(requested: str, available: list[str]) -> str:
 
 
 def create_session(
-    path: Path, ep: str, device: str, threads: int, cache_dir: Path | None = None,
+    path: Path,
+    ep: str,
+    device: str,
+    threads: int,
+    cache_dir: Path | None = None,
     inference_precision: str | None = None,
 ) -> ort.InferenceSession:
     """A session whose active provider is checked to be the one asked for."""
@@ -121,8 +125,13 @@ class WhisperSessions:
     """The encoder and decoder sessions of one model folder; safe to call from many threads."""
 
     def __init__(
-        self, folder: Path, manifest: Manifest, encoder: ort.InferenceSession,
-        decoder: ort.InferenceSession, devices: dict[str, str], ep: str,
+        self,
+        folder: Path,
+        manifest: Manifest,
+        encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession,
+        devices: dict[str, str],
+        ep: str,
     ) -> None:
         self.folder = folder
         self.manifest = manifest
@@ -154,15 +163,27 @@ class WhisperSessions:
             device = resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
             started = time.perf_counter()
             session = create_session(
-                folder / f"{stage}.onnx", options.ep, device, options.threads, options.cache_dir,
+                folder / f"{stage}.onnx",
+                options.ep,
+                device,
+                options.threads,
+                options.cache_dir,
                 options.inference_precision,
             )
             contract.check_io(
-                stage, [i.name for i in session.get_inputs()],
-                [o.name for o in session.get_outputs()], manifest.dims.n_text_layer,
+                stage,
+                [i.name for i in session.get_inputs()],
+                [o.name for o in session.get_outputs()],
+                manifest.dims.n_text_layer,
             )
-            log.info("loaded %s/%s on %s/%s in %.2f s", folder.name, stage, options.ep, device,
-                     time.perf_counter() - started)
+            log.info(
+                "loaded %s/%s on %s/%s in %.2f s",
+                folder.name,
+                stage,
+                options.ep,
+                device,
+                time.perf_counter() - started,
+            )
             sessions[stage], devices[stage] = session, device
         return cls(folder, manifest, sessions["encoder"], sessions["decoder"], devices, options.ep)
 
@@ -171,12 +192,19 @@ class WhisperSessions:
         return self._encoder.run(self._encoder_outputs, {"input_features": features})
 
     def decode(
-        self, input_ids: np.ndarray, position_ids: np.ndarray, attention_mask: np.ndarray,
-        past: list[np.ndarray], cross: list[np.ndarray],
+        self,
+        input_ids: np.ndarray,
+        position_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        past: list[np.ndarray],
+        cross: list[np.ndarray],
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One decoder call (shapes in contract.decoder_input_names); returns logits, new K/V."""
-        feed = {"input_ids": input_ids, "position_ids": position_ids,
-                "attention_mask": attention_mask}
+        feed = {
+            "input_ids": input_ids,
+            "position_ids": position_ids,
+            "attention_mask": attention_mask,
+        }
         feed.update(zip(self._past_names, past, strict=True))
         feed.update(zip(self._cross_names, cross, strict=True))
         logits, *new = self._decoder.run(self._decoder_outputs, feed)
