@@ -83,6 +83,19 @@ def resolve_device(requested: str, available: list[str]) -> str:
     )
 
 
+def _openvino_config(device: str, precision: str | None, inputs_feed_attention: bool) -> dict:
+    """OpenVINO plugin properties (`load_config`) for one graph on `device`."""
+    if not precision:
+        return {}
+    family = device.split(".")[0]
+    properties = {"INFERENCE_PRECISION_HINT": precision}
+    if family == "CPU" and precision == "bf16" and inputs_feed_attention:
+        # OpenVINO 2025.4's fused-attention snippet rejects fp32 graph inputs (the past and cross
+        # K/V) meeting bf16 activations ("BrgemmCPU node has incompatible input element types").
+        properties["SNIPPETS_MODE"] = "DISABLE"
+    return {family: properties}
+
+
 def create_session(
     path: Path,
     ep: str,
@@ -90,6 +103,7 @@ def create_session(
     threads: int,
     cache_dir: Path | None = None,
     inference_precision: str | None = None,
+    graph_inputs_feed_attention: bool = False,
 ) -> ort.InferenceSession:
     """A session whose active provider is checked to be the one asked for."""
     options = ort.SessionOptions()
@@ -106,10 +120,9 @@ def create_session(
         if cache_dir is not None:
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
             ov_options["cache_dir"] = str(cache_dir)
-        if inference_precision:
-            ov_options["load_config"] = json.dumps(
-                {device.split(".")[0]: {"INFERENCE_PRECISION_HINT": inference_precision}}
-            )
+        config = _openvino_config(device, inference_precision, graph_inputs_feed_attention)
+        if config:
+            ov_options["load_config"] = json.dumps(config)
         providers = [("OpenVINOExecutionProvider", ov_options)]
     try:
         session = ort.InferenceSession(str(path), options, providers=providers)
@@ -169,6 +182,7 @@ class WhisperSessions:
                 options.threads,
                 options.cache_dir,
                 options.inference_precision,
+                graph_inputs_feed_attention=stage == "decoder",
             )
             contract.check_io(
                 stage,
