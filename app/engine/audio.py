@@ -1,0 +1,271 @@
+"""Audio input: decode files or raw PCM to float32 mono samples at 16 kHz.
+
+Files are decoded with libsndfile (through `soundfile`; the wheel bundles libsndfile 1.2 with
+MP3 via mpg123, Vorbis and Opus): WAV, FLAC, MP3, OGG (Vorbis/Opus), AIFF and the other formats
+libsndfile reads. No ffmpeg. Containers libsndfile cannot read (MP4/M4A/AAC, WebM, ...) are
+rejected with a message that says so. Channels are averaged to mono, and any sample rate is
+resampled with soxr (quality "HQ").
+
+Every failure raises `AudioDecodeError` (a `ValueError`) whose message a person can act on.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import time
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from app.runtime.contract import SAMPLE_RATE
+
+logger = logging.getLogger(__name__)
+
+AudioSource = bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryIO
+PcmEncoding = Literal["pcm_s16le", "pcm_f32le"]
+
+SUPPORTED_FORMATS = "WAV, FLAC, MP3, OGG (Vorbis/Opus) or AIFF"
+RESAMPLE_QUALITY = "HQ"
+
+
+class AudioDecodeError(ValueError):
+    """The input is not audio this service can decode; the message says why."""
+
+
+class AudioTooLongError(AudioDecodeError):
+    """The audio is longer than the caller allows."""
+
+
+def decode_audio(
+    source: AudioSource,
+    sampling_rate: int = SAMPLE_RATE,
+    *,
+    max_duration_s: float | None = None,
+) -> np.ndarray:
+    """Decode an audio file (bytes, path or binary file object) to mono float32 samples.
+
+    Returns f32 [N] at `sampling_rate` Hz (N samples; seconds = N / sampling_rate), values as
+    decoded (nominally in [-1, 1]). With `max_duration_s`, audio longer than that many seconds
+    raises `AudioTooLongError` before it is decoded (when the header tells the length).
+    A file whose data is shorter than its header says (a cut-off WAV or MP3) is decoded as far
+    as it goes, with a warning in the log; a header or stream that cannot be decoded is an error.
+    """
+    if sampling_rate <= 0:
+        raise ValueError(f"sampling_rate must be positive, got {sampling_rate}")
+    start = time.perf_counter()
+    name, handle, offset = _open_source(source)
+    try:
+        with sf.SoundFile(handle) as f:
+            rate, channels, announced, fmt = f.samplerate, f.channels, f.frames, f.format
+            if max_duration_s is not None and rate > 0 and announced / rate > max_duration_s:
+                raise AudioTooLongError(
+                    f"the audio is {announced / rate:.1f} s long; the limit is {max_duration_s:g} s"
+                )
+            try:
+                data = f.read(dtype="float32", always_2d=True)  # [frames, channels]
+            except sf.SoundFileError as e:
+                raise AudioDecodeError(
+                    f"could not decode the audio: the {fmt} stream is truncated or corrupt "
+                    f"({_detail(e)})"
+                ) from e
+            truncation = _truncation(f.extra_info, announced, data.shape[0])
+    except sf.SoundFileError as e:
+        raise _open_error(e, handle, offset) from e
+    finally:
+        if handle is not source and not isinstance(handle, str):
+            handle.close()  # a BytesIO made here
+
+    if data.shape[0] == 0:
+        if truncation:
+            raise AudioDecodeError(
+                f"could not decode the audio: the {fmt} file is truncated: its header "
+                f"announces audio but it holds no samples ({truncation})"
+            )
+        raise AudioDecodeError(
+            f"could not decode the audio: the {fmt} file contains no samples (0 s of audio)"
+        )
+    if truncation:
+        logger.warning(
+            "audio %s looks truncated (%s); decoded the %d frames present",
+            name,
+            truncation,
+            data.shape[0],
+        )
+    mono = data[:, 0] if channels == 1 else data.mean(axis=1, dtype=np.float32)  # [frames]
+    if max_duration_s is not None and mono.shape[0] / rate > max_duration_s:
+        raise AudioTooLongError(
+            f"the audio is {mono.shape[0] / rate:.1f} s long; the limit is {max_duration_s:g} s"
+        )
+    _check_finite(mono)
+    audio = resample(mono, rate, sampling_rate)
+    if audio.shape[0] == 0:
+        raise AudioDecodeError(
+            f"could not decode the audio: it is too short to use ({mono.shape[0]} samples at "
+            f"{rate} Hz)"
+        )
+    logger.debug(
+        "decoded %s: %s, %d Hz, %d ch, %.2f s in %.1f ms",
+        name,
+        fmt,
+        rate,
+        channels,
+        audio.shape[0] / sampling_rate,
+        (time.perf_counter() - start) * 1e3,
+    )
+    return audio
+
+
+def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
+    """Resample f32 [N] (or [N, C]) from `from_rate` Hz to `to_rate` Hz with soxr "HQ".
+
+    Returns a C-contiguous float32 array; the input itself when the rates are equal and it is
+    already contiguous float32.
+    """
+    if from_rate <= 0 or to_rate <= 0:
+        raise ValueError(f"sample rates must be positive, got {from_rate} -> {to_rate}")
+    audio = np.ascontiguousarray(audio, dtype=np.float32)
+    if from_rate == to_rate:
+        return audio
+    return soxr.resample(audio, from_rate, to_rate, quality=RESAMPLE_QUALITY)
+
+
+def pcm_to_float(data: bytes | bytearray | memoryview, encoding: PcmEncoding) -> np.ndarray:
+    """Convert raw little-endian mono PCM bytes to f32 [N] samples in [-1, 1].
+
+    `pcm_s16le`: 2 bytes per sample, scaled by 1/32768; `pcm_f32le`: 4 bytes per sample.
+    Empty input gives an empty array. A byte count that is not a whole number of samples, or
+    NaN/infinite float samples, raise `AudioDecodeError`.
+    """
+    if encoding == "pcm_s16le":
+        width, dtype = 2, np.dtype("<i2")
+    elif encoding == "pcm_f32le":
+        width, dtype = 4, np.dtype("<f4")
+    else:
+        raise ValueError(f"unknown PCM encoding {encoding!r}: use 'pcm_s16le' or 'pcm_f32le'")
+    size = memoryview(data).nbytes
+    if size % width:
+        raise AudioDecodeError(
+            f"{encoding} audio must be a whole number of {width}-byte samples; got {size} bytes "
+            f"({size % width} byte(s) left over)"
+        )
+    samples = np.frombuffer(data, dtype=dtype)
+    if encoding == "pcm_s16le":
+        return samples.astype(np.float32) / np.float32(32768.0)
+    audio = samples.astype(np.float32)  # native byte order, writable copy
+    _check_finite(audio)
+    return audio
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _open_source(source: AudioSource) -> tuple[str, str | BinaryIO, int]:
+    """Return (name for messages, what `sf.SoundFile` opens, offset where the audio starts).
+
+    Empty input is rejected here.
+    """
+    if isinstance(source, bytes | bytearray | memoryview):
+        payload = bytes(source)
+        if not payload:
+            raise AudioDecodeError("the audio is empty (0 bytes)")
+        return "<bytes>", io.BytesIO(payload), 0
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        if not path.is_file():
+            raise AudioDecodeError(f"could not read the audio file {path}: no such file")
+        if path.stat().st_size == 0:
+            raise AudioDecodeError(f"the audio file {path} is empty (0 bytes)")
+        return str(path), str(path), 0
+    if hasattr(source, "read"):
+        name = str(getattr(source, "name", "<file>"))
+        seekable = getattr(source, "seekable", None)
+        if seekable is not None and seekable():
+            pos = source.tell()
+            end = source.seek(0, io.SEEK_END)
+            source.seek(pos)
+            if end - pos <= 0:
+                raise AudioDecodeError("the audio is empty (0 bytes)")
+            return name, source, pos
+        payload = source.read()
+        if not payload:
+            raise AudioDecodeError("the audio is empty (0 bytes)")
+        return name, io.BytesIO(payload), 0
+    raise TypeError(f"decode_audio takes bytes, a path or a binary file, not {type(source)}")
+
+
+def _detail(error: sf.SoundFileError) -> str:
+    text = getattr(error, "error_string", "") or str(error)
+    return text.strip().rstrip(".") or "no detail"
+
+
+def _open_error(error: sf.SoundFileError, handle: str | BinaryIO, offset: int) -> AudioDecodeError:
+    """Turn a libsndfile failure to open the input into a message a person understands."""
+    code = getattr(error, "code", None)
+    if code == 1:  # SF_ERR_UNRECOGNISED_FORMAT
+        kind = _sniff(_head(handle, offset))
+        if kind:
+            return AudioDecodeError(
+                f"could not decode the audio: {kind} is not supported; send {SUPPORTED_FORMATS}"
+            )
+        return AudioDecodeError(
+            f"could not decode the audio: the data is not audio in a supported format "
+            f"({SUPPORTED_FORMATS})"
+        )
+    if code == 7:  # "not a regular file": what mpg123 says about a few stray MP3 bytes
+        return AudioDecodeError("could not decode the audio: the file is truncated or corrupt")
+    return AudioDecodeError(
+        f"could not decode the audio: the file is truncated or corrupt ({_detail(error)})"
+    )
+
+
+def _head(handle: str | BinaryIO, offset: int, size: int = 16) -> bytes:
+    """The first `size` bytes of the input (libsndfile may have moved the file position)."""
+    try:
+        if isinstance(handle, str):
+            with open(handle, "rb") as f:
+                return f.read(size)
+        handle.seek(offset)
+        head = handle.read(size)
+        handle.seek(offset)
+        return head
+    except (OSError, ValueError):
+        return b""
+
+
+def _sniff(head: bytes) -> str | None:
+    """Name a common container that libsndfile cannot read, from its first bytes."""
+    if head[4:8] == b"ftyp":
+        return "MP4/M4A (AAC) audio"
+    if head.startswith(b"\x1a\x45\xdf\xa3"):
+        return "WebM/Matroska audio"
+    if head[:2] in (b"\xff\xf1", b"\xff\xf9"):
+        return "raw AAC (ADTS) audio"
+    if head.startswith(b"#!AMR"):
+        return "AMR audio"
+    if head.startswith(b"\x30\x26\xb2\x75"):
+        return "WMA/ASF audio"
+    if head.startswith(b"RIFF") and head[8:12] == b"WAVE":
+        return "this WAV encoding"
+    return None
+
+
+def _truncation(log: str, announced: int, decoded: int) -> str:
+    """Describe a header/data length mismatch from libsndfile's log, or return ""."""
+    notes = [line.strip() for line in log.splitlines() if "(should be" in line]
+    if decoded < announced:
+        notes.append(f"{decoded} of {announced} announced frames decoded")
+    return "; ".join(notes)
+
+
+def _check_finite(audio: np.ndarray) -> None:
+    finite = np.isfinite(audio)
+    if not finite.all():
+        bad = int(audio.size - np.count_nonzero(finite))
+        raise AudioDecodeError(
+            f"could not decode the audio: {bad} of {audio.size} samples are NaN or infinite"
+        )
