@@ -201,6 +201,14 @@ class WhisperSessions:
             sessions[stage], devices[stage] = session, device
         return cls(folder, manifest, sessions["encoder"], sessions["decoder"], devices, options.ep)
 
+    @property
+    def providers(self) -> dict[str, str]:
+        """The active execution provider of each stage, e.g. {"encoder": "OpenVINOExecutionProvider"}."""
+        return {
+            "encoder": self._encoder.get_providers()[0],
+            "decoder": self._decoder.get_providers()[0],
+        }
+
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
         """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]."""
         return self._encoder.run(self._encoder_outputs, {"input_features": features})
