@@ -203,7 +203,7 @@ class WhisperSessions:
 
     @property
     def providers(self) -> dict[str, str]:
-        """The active execution provider of each stage, e.g. {"encoder": "OpenVINOExecutionProvider"}."""
+        """The active execution provider of each stage, e.g. {"encoder": "CPUExecutionProvider"}."""
         return {
             "encoder": self._encoder.get_providers()[0],
             "decoder": self._decoder.get_providers()[0],
