@@ -1,0 +1,168 @@
+"""Command-line interface: `python -m app transcribe FILE [options]`.
+
+The transcript goes to stdout in the chosen format; with --verbose, load and per-stage timings
+(mel, encoder, decoder, tokens/s, real-time factor, K/V cache bytes) go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from app.engine.audio import AudioDecodeError, decode_audio
+from app.engine.kv_cache import CACHE_MODES
+from app.engine.tokenizer import Tokenizer
+from app.engine.vad import VAD_FILE, SileroVad, VadModelError
+from app.runtime.contract import ContractError
+from app.runtime.sessions import (
+    DEVICES,
+    EXECUTION_PROVIDERS,
+    DeviceError,
+    RuntimeOptions,
+    WhisperSessions,
+)
+from app.service import formats
+from app.service.transcriber import Transcriber, TranscriptionOptions
+
+log = logging.getLogger("app.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m app", description="Whisper speech-to-text")
+    commands = parser.add_subparsers(dest="command", required=True)
+    t = commands.add_parser("transcribe", help="transcribe (or translate) an audio file")
+    t.add_argument("file", type=Path, help="audio file: wav, flac, mp3, ogg, aiff")
+    t.add_argument("--model", default="base", help="model folder name (default: base)")
+    t.add_argument("--models-dir", type=Path, default=Path("models"))
+    t.add_argument("--language", default=None, help="language code; default: detect")
+    t.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    t.add_argument("--beam-size", type=int, default=5, help="beams at temperature 0 (1 = greedy)")
+    t.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="a single sampling temperature (default: fallback 0, 0.2 ... 1.0)",
+    )
+    t.add_argument("--initial-prompt", default=None, help="text to condition the first window on")
+    t.add_argument("--without-timestamps", action="store_true", help="no timestamp tokens")
+    t.add_argument(
+        "--vad-filter",
+        action="store_true",
+        help="transcribe only the speech Silero VAD finds (needs models-dir/silero_vad.onnx)",
+    )
+    t.add_argument("--kv-cache", choices=CACHE_MODES, default="concat")
+    t.add_argument("--ep", choices=EXECUTION_PROVIDERS, default="openvino")
+    t.add_argument("--device", default="AUTO", help=f"OpenVINO device: {', '.join(DEVICES)}")
+    t.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = all cores)")
+    t.add_argument(
+        "--format", choices=("text", "json", "verbose_json", "srt", "vtt"), default="text"
+    )
+    t.add_argument("--verbose", "-v", action="store_true", help="timings and logs on stderr")
+    return parser
+
+
+def transcribe_command(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    audio = decode_audio(args.file)  # a bad file fails before the model loads
+    audio_s = time.perf_counter() - t0
+
+    folder = args.models_dir / args.model
+    started = time.perf_counter()
+    sessions = WhisperSessions.load(
+        folder, RuntimeOptions(ep=args.ep, device=args.device, threads=args.threads)
+    )
+    tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
+    load_s = time.perf_counter() - started
+
+    changes: dict[str, object] = {}
+    if args.temperature is not None:
+        changes["temperature"] = (args.temperature,)
+    options = TranscriptionOptions(
+        language=args.language,
+        task=args.task,
+        beam_size=args.beam_size,
+        initial_prompt=args.initial_prompt,
+        without_timestamps=args.without_timestamps,
+        vad_filter=args.vad_filter,
+        kv_cache=args.kv_cache,
+        **changes,  # type: ignore[arg-type]
+    )
+    vad = SileroVad.load(args.models_dir / VAD_FILE) if args.vad_filter else None
+    transcriber = Transcriber(sessions, tokenizer, vad=vad)
+    segments_iter, info = transcriber.transcribe(audio, options)
+    if args.format == "text":
+        # print as the segments come: the first ones appear before the whole file is done
+        first = True
+        for segment in segments_iter:
+            text = segment.text.lstrip() if first else segment.text
+            print(text, end="", flush=True)
+            first = False
+        print()
+    else:
+        segments = list(segments_iter)
+        if args.format == "json":
+            print(formats.to_json(segments))
+        elif args.format == "verbose_json":
+            print(formats.to_verbose_json(segments, info, task=args.task))
+        elif args.format == "srt":
+            print(formats.to_srt(segments), end="")
+        else:
+            print(formats.to_vtt(segments), end="")
+
+    if args.verbose:
+        s = info.stats
+        err = sys.stderr
+        print(
+            f"model {args.model} ({args.ep}: encoder {sessions.devices['encoder']}, decoder "
+            f"{sessions.devices['decoder']}), kv-cache {args.kv_cache}, beam {args.beam_size}",
+            file=err,
+        )
+        print(f"load          {load_s * 1000:9.1f} ms", file=err)
+        print(f"audio decode  {audio_s * 1000:9.1f} ms  ({s.audio_s:.2f} s of audio)", file=err)
+        if s.vad_s:
+            print(f"vad           {s.vad_s * 1000:9.1f} ms", file=err)
+        print(f"mel           {s.mel_s * 1000:9.1f} ms", file=err)
+        print(f"encoder       {s.encoder_s * 1000:9.1f} ms  ({s.windows} windows)", file=err)
+        if s.language_s:
+            print(
+                f"language      {s.language_s * 1000:9.1f} ms  ({info.language}, "
+                f"p={info.language_probability:.2f})",
+                file=err,
+            )
+        print(f"prefill       {s.prefill_s * 1000:9.1f} ms", file=err)
+        print(
+            f"decoder       {s.decoder_s * 1000:9.1f} ms  ({s.steps} steps, "
+            f"{s.ms_per_step:.2f} ms/step, {s.tokens_per_s:.1f} tokens/s)",
+            file=err,
+        )
+        print(f"search        {s.search_s * 1000:9.1f} ms  (filters, selection)", file=err)
+        print(f"attempts      {s.attempts:9d}     ({s.fallbacks} temperature fallbacks)", file=err)
+        print(f"K/V cache     {s.cache_nbytes / 1e6:9.1f} MB  (peak, cross + self)", file=err)
+        print(f"total         {s.total_s * 1000:9.1f} ms  RTF {s.rtf:.3f}", file=err)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if args.command == "transcribe":
+            return transcribe_command(args)
+    except (
+        AudioDecodeError,
+        ContractError,
+        DeviceError,
+        VadModelError,
+        ValueError,
+        FileNotFoundError,
+    ) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 1

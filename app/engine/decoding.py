@@ -1,0 +1,529 @@
+"""Decoding of one 30 s window: options, result, language detection and the step loop.
+
+Shaped after openai/whisper's `decoding.py`: a frozen `DecodingOptions` validated once, and a loop
+built from small pieces — the K/V cache strategy (`kv_cache`), logit filters (`logit_filters`),
+a token selector and a sequence ranker (`search`).
+
+    initial tokens = [sot_prev, *prompt[-223:]] + sot sequence (+ notimestamps) + prefix
+    prefill (batch 1)  -> no-speech prob at the sot position, logits at the last position
+    fork to n rows     (1 greedy, best_of sampling, beam_size beams)
+    loop: filters -> select -> on_token -> cache.forward(new tokens)   until EOT / sample_len / ctx
+
+Cross K/V (one window, batch 1) are passed in and never copied. The prefilled prefix can be kept
+in a `PrefixMemo` so the transcriber's temperature-fallback attempts on the same window reuse it.
+
+Streaming (`on_token`): for greedy decoding every accepted token is reported as it is chosen. With
+several rows (beam search, best_of sampling) a token is reported once it is *stable*: the common
+prefix of every live beam and every finished candidate, i.e. a token the final result is certain
+to start with; the rest of the chosen sequence is reported when the search ends. The reported
+tokens are thus always exactly a prefix of `DecodingResult.tokens`, never retracted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from app.engine.kv_cache import CACHE_MODES, KVCache, make_cache
+from app.engine.logit_filters import (
+    TIME_PRECISION,
+    ApplyTimestampRules,
+    LogitFilter,
+    RepetitionGuard,
+    SuppressBlank,
+    SuppressTokens,
+    log_softmax,
+)
+from app.engine.search import (
+    BeamSearchDecoder,
+    GreedyDecoder,
+    MaximumLikelihoodRanker,
+    TokenDecoder,
+    common_prefix_length,
+)
+
+if TYPE_CHECKING:
+    from app.engine.tokenizer import Tokenizer
+    from app.runtime.sessions import WhisperSessions
+
+log = logging.getLogger(__name__)
+
+TASKS = ("transcribe", "translate")
+MAX_BEAM_SIZE = 16
+MAX_BEST_OF = 16
+
+
+class DecodingCancelled(Exception):
+    """The caller's cancel event was set; decoding stopped at the next step."""
+
+
+def compression_ratio(text: str) -> float:
+    """len(utf-8 bytes) / len(zlib-compressed bytes); high values mean repetitive text."""
+    data = text.encode("utf-8")
+    if not data:
+        return 0.0
+    return len(data) / len(zlib.compress(data))
+
+
+def _as_tokens(value: object, name: str) -> str | tuple[int, ...] | None:
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        tokens = tuple(int(t) for t in value)  # type: ignore[attr-defined]
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a string or a sequence of token ids") from e
+    return tokens
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """How to decode one window. Validated once at construction (ValueError).
+
+    temperature: 0 = greedy (or beam search with `beam_size`); > 0 = sampling, `best_of` samples.
+    sample_len: maximum sampled tokens (default n_text_ctx // 2 = 224).
+    patience: beam search keeps going until round(beam_size * patience) candidates finished.
+    length_penalty: None = rank by log-prob / length; alpha in [0, 1] = Google NMT penalty.
+    prompt: previous text (str, encoded with a leading space) or tokens; the last 223 are used.
+    prefix: text or tokens forced at the start of the sampled part.
+    suppress_tokens: ids, or a comma-separated string; -1 = the model's non-speech symbols.
+    max_initial_timestamp: the first timestamp is at most this many seconds into the window.
+    kv_cache: "concat" | "static" | "none" (reference: full re-run every step).
+    seed: seeds the sampling rng of a request (None = fresh entropy each time).
+    repetition_guard: end a sequence that falls into a repetition loop.
+    """
+
+    task: str = "transcribe"
+    language: str | None = None
+    temperature: float = 0.0
+    sample_len: int | None = None
+    best_of: int | None = None
+    beam_size: int | None = None
+    patience: float | None = None
+    length_penalty: float | None = None
+    prompt: str | tuple[int, ...] | None = None
+    prefix: str | tuple[int, ...] | None = None
+    suppress_tokens: str | tuple[int, ...] | None = "-1"
+    suppress_blank: bool = True
+    without_timestamps: bool = False
+    max_initial_timestamp: float | None = 1.0
+    kv_cache: str = "concat"
+    seed: int | None = 0
+    repetition_guard: bool = True
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "prompt", _as_tokens(self.prompt, "prompt"))
+        set_(self, "prefix", _as_tokens(self.prefix, "prefix"))
+        if self.suppress_tokens is not None and not isinstance(self.suppress_tokens, str):
+            set_(self, "suppress_tokens", _as_tokens(self.suppress_tokens, "suppress_tokens"))
+        if isinstance(self.suppress_tokens, str):
+            try:
+                parsed = tuple(int(t) for t in self.suppress_tokens.split(",") if t.strip())
+            except ValueError as e:
+                raise ValueError("suppress_tokens must be comma-separated integers") from e
+            set_(self, "suppress_tokens", parsed)
+
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        if self.kv_cache not in CACHE_MODES:
+            raise ValueError(f"kv_cache must be one of {CACHE_MODES}, got {self.kv_cache!r}")
+        if not 0.0 <= self.temperature <= 10.0:
+            raise ValueError(f"temperature must be in [0, 10], got {self.temperature}")
+        if self.sample_len is not None and self.sample_len < 1:
+            raise ValueError("sample_len must be >= 1")
+        if self.beam_size is not None:
+            if not 1 <= self.beam_size <= MAX_BEAM_SIZE:
+                raise ValueError(f"beam_size must be in 1..{MAX_BEAM_SIZE}, got {self.beam_size}")
+            if self.best_of is not None:
+                raise ValueError("beam_size and best_of can't be given together")
+            if self.temperature != 0:
+                raise ValueError("beam search runs at temperature 0; use best_of to sample")
+        if self.best_of is not None:
+            if not 1 <= self.best_of <= MAX_BEST_OF:
+                raise ValueError(f"best_of must be in 1..{MAX_BEST_OF}, got {self.best_of}")
+            if self.temperature == 0 and self.best_of > 1:
+                raise ValueError("best_of with greedy sampling (temperature 0) is not compatible")
+        if self.patience is not None:
+            if self.beam_size is None:
+                raise ValueError("patience requires beam_size to be given")
+            if self.patience <= 0:
+                raise ValueError("patience must be > 0")
+        if self.length_penalty is not None and not 0 <= self.length_penalty <= 1:
+            raise ValueError("length_penalty (alpha) must be between 0 and 1")
+        if self.max_initial_timestamp is not None and self.max_initial_timestamp < 0:
+            raise ValueError("max_initial_timestamp must be >= 0")
+
+    @property
+    def n_group(self) -> int:
+        """Rows decoded together: beams, samples, or 1."""
+        return self.beam_size or self.best_of or 1
+
+
+@dataclass(frozen=True)
+class DecodeStats:
+    """Where one decode's time went. Seconds; `steps` = loop iterations (tokens per row)."""
+
+    prefill_s: float  # 0 when the prefix came from the memo
+    decoder_s: float  # decoder calls after the prefill (every row of the batch together)
+    wall_s: float  # the step loop: decoder calls, filters, search, cache copies
+    steps: int
+    calls: int
+    prefill_reused: bool
+    cache_nbytes: int  # peak cross + self K/V bytes held (all rows)
+
+
+@dataclass(frozen=True)
+class DecodingResult:
+    """The chosen sequence of one window.
+
+    tokens: sampled tokens (timestamps included, EOT and the initial tokens excluded).
+    avg_logprob: sum of the tokens' log-probs / (len(tokens) + 1), as in openai/whisper.
+    no_speech_prob: probability of `<|nospeech|>` at the sot position.
+    truncated: the sequence hit sample_len or the text context without EOT.
+    looped: the repetition guard ended it.
+    """
+
+    tokens: tuple[int, ...]
+    text: str
+    avg_logprob: float
+    sum_logprob: float
+    no_speech_prob: float
+    temperature: float
+    compression_ratio: float
+    language: str
+    language_probs: dict[str, float] | None = None
+    truncated: bool = False
+    looped: bool = False
+    stats: DecodeStats | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class LanguageDetection:
+    language: str
+    probability: float
+    probabilities: dict[str, float]  # code -> probability, most likely first
+
+
+@dataclass
+class _Prefill:
+    cache: KVCache  # batch 1, holds the initial tokens; never mutated after creation
+    last_logits: np.ndarray  # f32 [V]
+    no_speech_prob: float
+    seconds: float
+
+
+class PrefixMemo:
+    """Per-window memo of prefilled prefixes (by cache mode and initial tokens) and of the
+    language detection, so fallback attempts on the same cross K/V recompute nothing."""
+
+    def __init__(self) -> None:
+        self._prefills: dict[tuple[str, tuple[int, ...]], _Prefill] = {}
+        self.language: LanguageDetection | None = None
+
+    def get(self, mode: str, tokens: tuple[int, ...]) -> _Prefill | None:
+        return self._prefills.get((mode, tokens))
+
+    def put(self, mode: str, tokens: tuple[int, ...], prefill: _Prefill) -> None:
+        self._prefills[(mode, tokens)] = prefill
+
+    def clear(self) -> None:
+        self._prefills.clear()
+        self.language = None
+
+
+def detect_language(
+    sessions: WhisperSessions,
+    cross: list[np.ndarray],
+    tokenizer: Tokenizer,
+    kv_cache: str = "concat",
+) -> LanguageDetection:
+    """Language of one window from the decoder's logits after `<|startoftranscript|>` alone,
+    restricted to the language tokens (one decoder call, T = 1). English-only models: "en"."""
+    if not tokenizer.multilingual:
+        return LanguageDetection("en", 1.0, {"en": 1.0})
+    cache = make_cache(kv_cache, sessions, cross, 1)
+    logits = cache.forward(np.array([[tokenizer.sot]], np.int64))[0, -1]  # [V]
+    ids = np.asarray(tokenizer.language_tokens, dtype=np.intp)
+    lang_logits = logits[ids].astype(np.float64)
+    probs = np.exp(lang_logits - lang_logits.max())
+    probs /= probs.sum()
+    order = np.argsort(-probs, kind="stable")
+    codes = tokenizer.language_codes
+    probabilities = {codes[i]: float(probs[i]) for i in order}
+    best = codes[int(order[0])]
+    return LanguageDetection(best, float(probs[order[0]]), probabilities)
+
+
+class DecodingTask:
+    """One decode of one window with fixed options (build, then `run`)."""
+
+    def __init__(
+        self,
+        sessions: WhisperSessions,
+        cross: list[np.ndarray],
+        tokenizer: Tokenizer,
+        options: DecodingOptions,
+        *,
+        memo: PrefixMemo | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        dims = sessions.manifest.dims
+        self.sessions = sessions
+        self.cross = cross
+        self.tokenizer = tokenizer
+        self.options = options
+        self.memo = memo
+        self.n_ctx = dims.n_text_ctx
+        self.n_vocab = dims.n_vocab
+        self.sample_len = options.sample_len or self.n_ctx // 2
+        if self.sample_len > self.n_ctx // 2:
+            raise ValueError(f"sample_len must be <= {self.n_ctx // 2}")
+
+        self.language_probs: dict[str, float] | None = None
+        language = options.language
+        if tokenizer.multilingual and language is None:
+            detection = memo.language if memo is not None else None
+            if detection is None:
+                detection = detect_language(sessions, cross, tokenizer, options.kv_cache)
+                if memo is not None:
+                    memo.language = detection
+            language = detection.language
+            self.language_probs = detection.probabilities
+        self.language = language or "en"
+
+        self.sot_sequence = tokenizer.sot_sequence(
+            language if tokenizer.multilingual else None,
+            options.task,  # type: ignore[arg-type]
+            without_timestamps=options.without_timestamps,
+        )
+        self.initial_tokens = self._initial_tokens()
+        self.sample_begin = len(self.initial_tokens)
+        self.sot_index = self.initial_tokens.index(tokenizer.sot)
+        if self.sample_begin >= self.n_ctx:
+            raise ValueError("the prompt and prefix leave no room to decode")
+        self.logit_filters = self._logit_filters()
+        self.ranker = MaximumLikelihoodRanker(options.length_penalty)
+        if rng is None:
+            rng = np.random.default_rng(options.seed)
+        self.rng = rng
+        self._prefilled: tuple[_Prefill, bool] | None = None
+
+    def _encode_text(self, value: str | tuple[int, ...]) -> list[int]:
+        if isinstance(value, str):
+            return self.tokenizer.encode(" " + value.strip())
+        return list(value)
+
+    def _initial_tokens(self) -> tuple[int, ...]:
+        tokens = list(self.sot_sequence)
+        if self.options.prefix:
+            prefix = self._encode_text(self.options.prefix)
+            max_prefix_len = self.n_ctx // 2 - self.sample_len
+            # as openai/whisper: trimmed only when sample_len leaves less than half the context
+            keep = max_prefix_len if max_prefix_len > 0 else self.n_ctx // 2 - 1
+            prefix = prefix[-keep:]
+            tokens += prefix
+        if self.options.prompt:
+            prompt = self._encode_text(self.options.prompt)
+            tokens = [self.tokenizer.sot_prev, *prompt[-(self.n_ctx // 2 - 1) :], *tokens]
+        return tuple(tokens)
+
+    def _suppress_tokens(self) -> list[int]:
+        tok = self.tokenizer
+        suppress = list(self.options.suppress_tokens or ())  # type: ignore[arg-type]
+        if -1 in suppress:
+            suppress = [t for t in suppress if t >= 0]
+            suppress.extend(tok.non_speech_tokens)
+        suppress = [t for t in suppress if 0 <= t < self.n_vocab]
+        # never sample task / start / previous-text / no-speech tokens
+        suppress.extend([tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm])
+        suppress.append(tok.no_speech)
+        return sorted(set(suppress))
+
+    def _logit_filters(self) -> list[LogitFilter]:
+        tok, opts = self.tokenizer, self.options
+        filters: list[LogitFilter] = []
+        if opts.suppress_blank:
+            filters.append(SuppressBlank(tok.encode(" "), tok.eot, self.sample_begin))
+        if opts.suppress_tokens:
+            filters.append(SuppressTokens(self._suppress_tokens()))
+        if not opts.without_timestamps:
+            max_index = None
+            if opts.max_initial_timestamp is not None:
+                max_index = round(opts.max_initial_timestamp / TIME_PRECISION)
+            filters.append(
+                ApplyTimestampRules(
+                    eot=tok.eot,
+                    no_timestamps=tok.no_timestamps,
+                    timestamp_begin=tok.timestamp_begin,
+                    sample_begin=self.sample_begin,
+                    max_initial_timestamp_index=max_index,
+                )
+            )
+        if opts.repetition_guard:
+            filters.append(self._guard())
+        return filters
+
+    def _guard(self) -> RepetitionGuard:
+        tok = self.tokenizer
+        return RepetitionGuard(
+            eot=tok.eot, timestamp_begin=tok.timestamp_begin, sample_begin=self.sample_begin
+        )
+
+    def no_speech_prob(self) -> float:
+        """Probability of `<|nospeech|>` at the sot position (prefills the prefix if needed)."""
+        return self._prefill()[0].no_speech_prob
+
+    def _prefill(self) -> tuple[_Prefill, bool]:
+        if self._prefilled is None:
+            self._prefilled = self._compute_prefill()
+        return self._prefilled
+
+    def _compute_prefill(self) -> tuple[_Prefill, bool]:
+        mode = self.options.kv_cache
+        if self.memo is not None:
+            found = self.memo.get(mode, self.initial_tokens)
+            if found is not None:
+                return found, True
+        start = time.perf_counter()
+        cache = make_cache(mode, self.sessions, self.cross, 1)
+        tokens = np.asarray([self.initial_tokens], dtype=np.int64)  # [1, L]
+        logits = cache.forward(tokens, positions=(self.sot_index, -1))  # [1, 2, V]
+        at_sot = log_softmax(logits[:, 0].astype(np.float32))[0]
+        no_speech_prob = float(np.exp(at_sot[self.tokenizer.no_speech]))
+        prefill = _Prefill(cache, logits[0, 1].copy(), no_speech_prob, time.perf_counter() - start)
+        if self.memo is not None:
+            self.memo.put(mode, self.initial_tokens, prefill)
+        return prefill, False
+
+    def run(
+        self,
+        on_token: Callable[[int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> DecodingResult:
+        opts, tok = self.options, self.tokenizer
+        if cancel is not None and cancel.is_set():
+            raise DecodingCancelled("decoding was cancelled")
+        prefill, reused = self._prefill()
+        started = time.perf_counter()
+        n = opts.n_group
+        cache = prefill.cache.fork(n)
+        tokens = np.tile(np.asarray(self.initial_tokens, dtype=np.int64), (n, 1))  # [n, L]
+        logits = np.tile(prefill.last_logits, (n, 1))  # [n, V]
+        sum_logprobs = np.zeros(n, dtype=np.float64)
+
+        decoder: TokenDecoder
+        if opts.beam_size is not None:
+            decoder = BeamSearchDecoder(opts.beam_size, tok.eot, cache, opts.patience or 1.0)
+        else:
+            decoder = GreedyDecoder(opts.temperature, tok.eot, self.rng)
+
+        reported = self.sample_begin  # tokens[:, :reported] went to on_token already
+        peak_nbytes = cache.nbytes
+        steps = 0
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise DecodingCancelled("decoding was cancelled")
+            for logit_filter in self.logit_filters:
+                logit_filter.apply(logits, tokens)
+            tokens, completed = decoder.update(tokens, logits, sum_logprobs)
+            steps += 1
+            if on_token is not None:
+                reported = self._report(on_token, tokens, decoder, reported)
+            # a sequence longer than n_ctx can't be fed back: stop there (never past a buffer)
+            if completed or steps >= self.sample_len or tokens.shape[1] > self.n_ctx:
+                break
+            logits = cache.forward(tokens)[:, -1]  # [n, V]
+            peak_nbytes = max(peak_nbytes, cache.nbytes)
+
+        candidates, scores, ended = decoder.finalize(tokens, sum_logprobs)
+        sampled = []
+        for seq in candidates:
+            body = seq[self.sample_begin :]
+            end = body.index(tok.eot) if tok.eot in body else len(body)
+            sampled.append(body[:end])
+        best = self.ranker.rank(sampled, scores)
+        chosen = tuple(sampled[best])
+        if on_token is not None:
+            for t in chosen[reported - self.sample_begin :]:
+                on_token(t)
+        sum_logprob = float(scores[best])
+        text = tok.decode(chosen).strip()
+        truncated = not ended[best]
+        looped = bool(opts.repetition_guard and self._guard().is_looping(chosen))
+        stats = DecodeStats(
+            prefill_s=0.0 if reused else prefill.seconds,
+            decoder_s=cache.decoder_s,
+            wall_s=time.perf_counter() - started,
+            steps=steps,
+            calls=cache.calls,
+            prefill_reused=reused,
+            cache_nbytes=peak_nbytes,
+        )
+        return DecodingResult(
+            tokens=chosen,
+            text=text,
+            avg_logprob=sum_logprob / (len(chosen) + 1),
+            sum_logprob=sum_logprob,
+            no_speech_prob=prefill.no_speech_prob,
+            temperature=opts.temperature,
+            compression_ratio=compression_ratio(text),
+            language=self.language,
+            language_probs=self.language_probs,
+            truncated=truncated,
+            looped=looped,
+            stats=stats,
+        )
+
+    def _report(
+        self,
+        on_token: Callable[[int], None],
+        tokens: np.ndarray,
+        decoder: TokenDecoder,
+        reported: int,
+    ) -> int:
+        """Send newly stable tokens to on_token; return the new count of reported positions."""
+        eot = self.tokenizer.eot
+        if tokens.shape[0] == 1 and not decoder.pending():
+            row = tokens[0]
+            stable = row.shape[0]
+        else:
+            rows: list[Sequence[int]] = [r for r in tokens.tolist()]
+            rows.extend(decoder.pending())
+            stable = common_prefix_length(rows)
+            row = tokens[0]
+        for pos in range(reported, stable):
+            t = int(row[pos])
+            if t == eot:
+                return pos
+            on_token(t)
+        return max(reported, stable)
+
+
+def decode(
+    sessions: WhisperSessions,
+    cross: list[np.ndarray],
+    tokenizer: Tokenizer,
+    options: DecodingOptions,
+    on_token: Callable[[int], None] | None = None,
+    cancel: threading.Event | None = None,
+    *,
+    memo: PrefixMemo | None = None,
+    rng: np.random.Generator | None = None,
+) -> DecodingResult:
+    """Decode one 30 s window.
+
+    cross: the window's cross-attention K/V from `sessions.encode()`, each f32 [1, H, 1500, Dh].
+    on_token(token_id): called per accepted token (see the module docstring for beams).
+    cancel: when set, raises DecodingCancelled at the next step.
+    memo: per-window memo; pass the same one to every attempt on this window to reuse the prefill.
+    rng: sampling generator (default: seeded from options.seed).
+    """
+    task = DecodingTask(sessions, cross, tokenizer, options, memo=memo, rng=rng)
+    return task.run(on_token, cancel)

@@ -1,0 +1,329 @@
+"""Per-request self-attention K/V cache strategies for the decoder loop.
+
+One small interface, three strategies:
+
+- `ConcatCache` (default): past self K/V grow by host concatenation along axis 2; a prefix of
+  T > 1 tokens is prefilled in one decoder call.
+- `StaticCache` (the NPU path): preallocated [B, H, N, Dh] buffers with N = n_text_ctx, T = 1 on
+  every call, `attention_mask` [B, N + 1] marks the filled slots plus the new token, the host writes
+  `new_*` into slot `position`. The decoder's input shapes never change (for a given batch size),
+  so a static-shape device compiles the graph once.
+- `NoCache`: the reference; re-runs the whole sequence every step with an empty past (P = 0).
+
+All of them take the *whole* token sequences [B, L] and feed the decoder only what it has not seen
+yet, so the decode loop does not care which strategy it runs. Cross-attention K/V come from
+`WhisperSessions.encode()` once per 30 s window and are passed by reference on every call (batch 1;
+the graph broadcasts them over beams); they are never copied here.
+
+A cache belongs to one request (one decode of one window); nothing is global.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from app.runtime.sessions import WhisperSessions
+
+CacheMode = Literal["concat", "static", "none"]
+CACHE_MODES: tuple[str, ...] = ("concat", "static", "none")
+
+
+class ContextFullError(RuntimeError):
+    """A sequence would grow past the model's text context (n_text_ctx positions)."""
+
+
+class KVCache(ABC):
+    """Self-attention K/V state of one decode, plus the window's cross-attention K/V.
+
+    `length` is the number of positions the decoder has already processed (the same for every row).
+    `decoder_s` / `calls` accumulate the wall time and count of decoder calls made through it.
+    """
+
+    mode: str
+
+    def __init__(self, sessions: WhisperSessions, cross: list[np.ndarray], batch: int) -> None:
+        dims = sessions.manifest.dims
+        self.sessions = sessions
+        self.cross = cross  # [1 or B, H, n_audio_ctx, Dh] per layer; shared, never copied
+        self.batch = batch
+        self.n_layers = dims.n_text_layer
+        self.n_heads = dims.n_heads
+        self.head_dim = dims.head_dim
+        self.capacity = dims.n_text_ctx  # positions 0 .. capacity-1 exist
+        self.length = 0
+        self.decoder_s = 0.0
+        self.calls = 0
+
+    # -- the interface used by the decode loop ---------------------------------------------------
+
+    @abstractmethod
+    def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
+        """Feed the positions of `tokens` not yet processed; return logits at `positions`.
+
+        tokens: i64 [B, L], the whole sequences (L > length, L <= capacity).
+        positions: absolute indices into L (negative counts from the end); each must be a new
+            position (>= length) except for `NoCache`, which recomputes everything.
+        Returns f32 [B, len(positions), V].
+        """
+
+    @abstractmethod
+    def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
+        """Row i of the state becomes old row beam_indices[i] (beam search); len == batch."""
+
+    @abstractmethod
+    def fork(self, batch: int) -> KVCache:
+        """A new cache holding this one's positions repeated for `batch` rows (this one must have
+        batch 1). Self K/V are copied; cross K/V are shared. `self` is left untouched, so a
+        prefilled prefix can be reused by every temperature-fallback attempt."""
+
+    @property
+    @abstractmethod
+    def self_nbytes(self) -> int:
+        """Bytes held for self-attention K/V (all rows)."""
+
+    @property
+    def cross_nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self.cross))
+
+    @property
+    def nbytes(self) -> int:
+        """Cross + self K/V bytes held for this decode."""
+        return self.cross_nbytes + self.self_nbytes
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _check(self, tokens: np.ndarray, positions: Sequence[int]) -> tuple[int, list[int]]:
+        if tokens.ndim != 2 or tokens.shape[0] != self.batch:
+            raise ValueError(f"tokens must be [B={self.batch}, L], got {tokens.shape}")
+        n = tokens.shape[1]
+        if n > self.capacity:
+            raise ContextFullError(
+                f"sequence of {n} tokens exceeds the text context of {self.capacity}"
+            )
+        if n <= self.length and self.mode != "none":
+            raise ValueError(f"no new tokens: length {n}, already processed {self.length}")
+        absolute = [p if p >= 0 else n + p for p in positions]
+        for p in absolute:
+            if not 0 <= p < n:
+                raise IndexError(f"position {p} outside the sequence of {n}")
+        return n, absolute
+
+    def _decode(
+        self,
+        input_ids: np.ndarray,
+        position_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        past: list[np.ndarray],
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        start = time.perf_counter()
+        logits, new = self.sessions.decode(
+            input_ids, position_ids, attention_mask, past, self.cross
+        )
+        self.decoder_s += time.perf_counter() - start
+        self.calls += 1
+        return logits, new
+
+    def _empty_past(self, batch: int) -> list[np.ndarray]:
+        shape = (batch, self.n_heads, 0, self.head_dim)
+        return [np.zeros(shape, np.float32) for _ in range(2 * self.n_layers)]
+
+
+class ConcatCache(KVCache):
+    """Past self K/V [B, H, P, Dh] per layer, grown by concatenation along axis 2.
+
+    The new K/V of a call and a beam reorder are applied lazily, in one copy when the next call
+    needs its past: row b of the next past = concat(past[order[b]], new[order[b]]).
+    """
+
+    mode = "concat"
+
+    def __init__(self, sessions: WhisperSessions, cross: list[np.ndarray], batch: int = 1) -> None:
+        super().__init__(sessions, cross, batch)
+        self.past = self._empty_past(batch)  # [past_k_0, past_v_0, ...] each [B, H, P, Dh]
+        self._tail: list[np.ndarray] | None = None  # new K/V of the last call [B, H, T, Dh]
+        self._order: np.ndarray | None = None  # pending beam reorder of past + tail
+
+    def _materialize(self) -> list[np.ndarray]:
+        """The past for the next call: [B, H, length, Dh] per layer, reordered."""
+        if self._tail is None and self._order is None:
+            return self.past
+        tail = self._tail
+        order = self._order
+        merged = []
+        for i, p in enumerate(self.past):
+            if tail is None:
+                assert order is not None
+                merged.append(p[order])
+                continue
+            t = tail[i]
+            n_past = p.shape[2]
+            out = np.empty((p.shape[0], p.shape[1], n_past + t.shape[2], p.shape[3]), p.dtype)
+            if order is None:
+                out[:, :, :n_past] = p
+                out[:, :, n_past:] = t
+            else:
+                for row, src in enumerate(order.tolist()):
+                    out[row, :, :n_past] = p[src]
+                    out[row, :, n_past:] = t[src]
+            merged.append(out)
+        self.past, self._tail, self._order = merged, None, None
+        return merged
+
+    def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
+        n, absolute = self._check(tokens, positions)
+        start = self.length
+        for p in absolute:
+            if p < start:
+                raise IndexError(f"logits at position {p} were computed by an earlier call")
+        past = self._materialize()
+        new_ids = np.ascontiguousarray(tokens[:, start:], dtype=np.int64)  # [B, T]
+        t = new_ids.shape[1]
+        position_ids = np.broadcast_to(np.arange(start, n, dtype=np.int64), (self.batch, t))
+        mask = np.ones((self.batch, n), np.int64)  # [B, P + T]
+        logits, new = self._decode(new_ids, np.ascontiguousarray(position_ids), mask, past)
+        self._tail = new
+        self.length = n
+        return logits[:, [p - start for p in absolute]]
+
+    def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
+        idx = np.asarray(beam_indices, dtype=np.intp)
+        if idx.shape != (self.batch,):
+            raise ValueError(f"need {self.batch} beam indices, got {idx.shape}")
+        if np.array_equal(idx, np.arange(self.batch)):
+            return
+        # row i becomes old row idx[i]; composed with a reorder not yet applied
+        self._order = idx if self._order is None else self._order[idx]
+
+    def fork(self, batch: int) -> ConcatCache:
+        if self.batch != 1:
+            raise ValueError("only a batch-1 cache can be forked")
+        other = ConcatCache(self.sessions, self.cross, batch)
+        other.past = [np.repeat(p, batch, axis=0) for p in self._materialize()]
+        other.length = self.length
+        return other
+
+    @property
+    def self_nbytes(self) -> int:
+        tail = sum(t.nbytes for t in self._tail) if self._tail is not None else 0
+        return int(sum(p.nbytes for p in self.past) + tail)
+
+
+class StaticCache(KVCache):
+    """Fixed [B, H, N, Dh] self K/V buffers (N = n_text_ctx); one token per decoder call.
+
+    Call k (position k) passes the whole buffer as past with `attention_mask` [B, N + 1]: entries
+    0..k-1 are 1 (filled slots), k..N-1 are 0, and entry N (the new token itself) is 1. The new
+    K/V [B, H, 1, Dh] are written to slot k. The prefix is fed token by token, so every call has the
+    same shapes.
+    """
+
+    mode = "static"
+
+    def __init__(self, sessions: WhisperSessions, cross: list[np.ndarray], batch: int = 1) -> None:
+        super().__init__(sessions, cross, batch)
+        shape = (batch, self.n_heads, self.capacity, self.head_dim)
+        self.buffers = [np.zeros(shape, np.float32) for _ in range(2 * self.n_layers)]
+        self.mask = np.zeros((batch, self.capacity + 1), np.int64)  # [B, N + 1]
+        self.mask[:, self.capacity] = 1
+
+    def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
+        n, absolute = self._check(tokens, positions)
+        start = self.length
+        for p in absolute:
+            if p < start:
+                raise IndexError(f"logits at position {p} were computed by an earlier call")
+        out: np.ndarray | None = None
+        for pos in range(start, n):
+            input_ids = np.ascontiguousarray(tokens[:, pos : pos + 1], dtype=np.int64)  # [B, 1]
+            position_ids = np.full((self.batch, 1), pos, np.int64)
+            logits, new = self._decode(input_ids, position_ids, self.mask, self.buffers)
+            for buf, k in zip(self.buffers, new, strict=True):
+                buf[:, :, pos] = k[:, :, 0]
+            self.mask[:, pos] = 1
+            self.length = pos + 1
+            for i, p in enumerate(absolute):
+                if p == pos:
+                    if out is None:
+                        out = np.empty((self.batch, len(absolute), logits.shape[-1]), np.float32)
+                    out[:, i] = logits[:, 0]
+        assert out is not None
+        return out
+
+    def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
+        idx = np.asarray(beam_indices, dtype=np.intp)
+        if idx.shape != (self.batch,):
+            raise ValueError(f"need {self.batch} beam indices, got {idx.shape}")
+        if np.array_equal(idx, np.arange(self.batch)):
+            return
+        filled = self.length  # only the filled slots need moving
+        for buf in self.buffers:
+            buf[:, :, :filled] = buf[idx, :, :filled]
+
+    def fork(self, batch: int) -> StaticCache:
+        if self.batch != 1:
+            raise ValueError("only a batch-1 cache can be forked")
+        other = StaticCache(self.sessions, self.cross, batch)
+        for dst, src in zip(other.buffers, self.buffers, strict=True):
+            dst[:] = src  # broadcast over rows
+        other.mask[:] = self.mask
+        other.length = self.length
+        return other
+
+    @property
+    def self_nbytes(self) -> int:
+        return int(sum(b.nbytes for b in self.buffers))
+
+
+class NoCache(KVCache):
+    """Reference strategy: no self K/V kept; every call re-runs the whole sequence (P = 0)."""
+
+    mode = "none"
+
+    def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
+        n, absolute = self._check(tokens, positions)
+        input_ids = np.ascontiguousarray(tokens, dtype=np.int64)  # [B, L]
+        position_ids = np.ascontiguousarray(
+            np.broadcast_to(np.arange(n, dtype=np.int64), (self.batch, n))
+        )
+        mask = np.ones((self.batch, n), np.int64)
+        logits, _ = self._decode(input_ids, position_ids, mask, self._empty_past(self.batch))
+        self.length = n
+        return logits[:, absolute]
+
+    def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
+        idx = np.asarray(beam_indices)
+        if idx.shape != (self.batch,):
+            raise ValueError(f"need {self.batch} beam indices, got {idx.shape}")
+
+    def fork(self, batch: int) -> NoCache:
+        if self.batch != 1:
+            raise ValueError("only a batch-1 cache can be forked")
+        other = NoCache(self.sessions, self.cross, batch)
+        other.length = self.length
+        return other
+
+    @property
+    def self_nbytes(self) -> int:
+        return 0
+
+
+def make_cache(
+    mode: str, sessions: WhisperSessions, cross: list[np.ndarray], batch: int = 1
+) -> KVCache:
+    """A fresh cache of the given mode ("concat" | "static" | "none") for one decode."""
+    classes: dict[str, type[KVCache]] = {
+        "concat": ConcatCache,
+        "static": StaticCache,
+        "none": NoCache,
+    }
+    try:
+        cls = classes[mode]
+    except KeyError:
+        raise ValueError(f"unknown kv_cache mode {mode!r}; expected one of {CACHE_MODES}") from None
+    return cls(sessions, cross, batch)

@@ -1,0 +1,201 @@
+"""Logit filters applied before each token is chosen (ported from openai/whisper's decoding.py).
+
+Each filter edits `logits` f32 [B, V] in place, given the token sequences so far `tokens` i64
+[B, L] (initial tokens included; sampling starts at index `sample_begin`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+NEG_INF = -np.inf
+TIME_PRECISION = 0.02  # seconds per timestamp token (30 s / 1500)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax of f32 [B, V] that tolerates -inf entries (at least one finite)."""
+    top = np.max(logits, axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    shifted = logits - top
+    with np.errstate(divide="ignore"):
+        return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
+
+
+def logsumexp_rows(logits: np.ndarray) -> np.ndarray:
+    """log(sum(exp(row))) of every row of [B, V] (f64 [B]); rows need one finite entry."""
+    top = np.max(logits, axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    total = np.sum(np.exp(logits - top), axis=-1, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return top[:, 0].astype(np.float64) + np.log(total)
+
+
+def logsumexp(x: np.ndarray) -> float:
+    """log(sum(exp(x))) of a 1-D array; -inf when every entry is -inf."""
+    top = float(np.max(x)) if x.size else NEG_INF
+    if not np.isfinite(top):
+        return top
+    return top + float(np.log(np.sum(np.exp(x - top))))
+
+
+class LogitFilter(ABC):
+    @abstractmethod
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        """Edit logits f32 [B, V] in place given tokens i64 [B, L]."""
+
+
+class SuppressBlank(LogitFilter):
+    """At the first sampled position, forbid a blank (" ") and end-of-text."""
+
+    def __init__(self, blank_tokens: Iterable[int], eot: int, sample_begin: int) -> None:
+        self.suppress = sorted({*blank_tokens, eot})
+        self.sample_begin = sample_begin
+
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        if tokens.shape[1] == self.sample_begin:
+            logits[:, self.suppress] = NEG_INF
+
+
+class SuppressTokens(LogitFilter):
+    """Always forbid a fixed set of token ids."""
+
+    def __init__(self, suppress_tokens: Sequence[int]) -> None:
+        self.suppress = np.asarray(sorted(set(suppress_tokens)), dtype=np.intp)
+
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        if self.suppress.size:
+            logits[:, self.suppress] = NEG_INF
+
+
+class ApplyTimestampRules(LogitFilter):
+    """Whisper's timestamp grammar.
+
+    - `<|notimestamps|>` is never sampled (it is part of the initial tokens when wanted);
+    - timestamps come in pairs (end of one segment, start of the next), except right before EOT:
+      after a lone timestamp only a timestamp or EOT may follow; after a pair, only text;
+    - timestamps never decrease, and a segment has non-zero length;
+    - the first sampled token is a timestamp no later than `max_initial_timestamp_index`
+      (in 0.02 s steps);
+    - when the summed probability of all timestamps beats every single text token, a timestamp
+      is forced.
+    """
+
+    def __init__(
+        self,
+        *,
+        eot: int,
+        no_timestamps: int,
+        timestamp_begin: int,
+        sample_begin: int,
+        max_initial_timestamp_index: int | None,
+    ) -> None:
+        self.eot = eot
+        self.no_timestamps = no_timestamps
+        self.timestamp_begin = timestamp_begin
+        self.sample_begin = sample_begin
+        self.max_initial_timestamp_index = max_initial_timestamp_index
+
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        ts_begin = self.timestamp_begin
+        logits[:, self.no_timestamps] = NEG_INF
+
+        for k in range(tokens.shape[0]):
+            sampled = tokens[k, self.sample_begin :]
+            seq = sampled.tolist()
+            last_was_timestamp = len(seq) >= 1 and seq[-1] >= ts_begin
+            penultimate_was_timestamp = len(seq) < 2 or seq[-2] >= ts_begin
+            if last_was_timestamp:
+                if penultimate_was_timestamp:  # a pair was just closed: text must follow
+                    logits[k, ts_begin:] = NEG_INF
+                else:  # a lone timestamp: another timestamp or EOT, no text
+                    logits[k, : self.eot] = NEG_INF
+
+            timestamps = sampled[sampled >= ts_begin]
+            if timestamps.size > 0:
+                # never go back in time; after text, the closing timestamp may equal the last one,
+                # otherwise it must be later (non-zero segment length, no infinite loop)
+                if last_was_timestamp and not penultimate_was_timestamp:
+                    timestamp_last = int(timestamps[-1])
+                else:
+                    timestamp_last = int(timestamps[-1]) + 1
+                logits[k, ts_begin:timestamp_last] = NEG_INF
+
+        if tokens.shape[1] == self.sample_begin:
+            # the first sampled token is a timestamp, no later than max_initial_timestamp
+            logits[:, :ts_begin] = NEG_INF
+            if self.max_initial_timestamp_index is not None:
+                last_allowed = ts_begin + self.max_initial_timestamp_index
+                logits[:, last_allowed + 1 :] = NEG_INF
+
+        # if the timestamps together are likelier than any text token, sample a timestamp
+        # (compared on logits: log-softmax subtracts the same normaliser from both sides)
+        for k in range(tokens.shape[0]):
+            timestamp_logprob = logsumexp(logits[k, ts_begin:])
+            max_text_token_logprob = float(np.max(logits[k, :ts_begin]))
+            if timestamp_logprob > max_text_token_logprob:
+                logits[k, :ts_begin] = NEG_INF
+
+
+class RepetitionGuard(LogitFilter):
+    """Ends a sequence (forces EOT) once its text tokens fall into a repetition loop.
+
+    A loop is the last `period` text tokens (timestamps ignored) repeated back to back at least
+    `min_repeats` times over at least `min_span` tokens, for some period <= `max_period`.
+    """
+
+    def __init__(
+        self,
+        *,
+        eot: int,
+        timestamp_begin: int,
+        sample_begin: int,
+        max_period: int = 24,
+        min_repeats: int = 3,
+        min_span: int = 32,
+    ) -> None:
+        self.eot = eot
+        self.timestamp_begin = timestamp_begin
+        self.sample_begin = sample_begin
+        self.max_period = max_period
+        self.min_repeats = min_repeats
+        self.min_span = min_span
+        # the longest tail a loop check looks at, in text tokens
+        self.max_span = max(
+            p * max(min_repeats, -(-min_span // p)) for p in range(1, max_period + 1)
+        )
+
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        for k in range(tokens.shape[0]):
+            row = tokens[k, self.sample_begin :]
+            if row.size and row[-1] == self.eot:
+                continue
+            if self.is_looping(row):
+                logits[k, :] = NEG_INF
+                logits[k, self.eot] = 0.0
+
+    def is_looping(self, sampled: np.ndarray | Sequence[int]) -> bool:
+        """True when the text tokens of `sampled` end in a repetition loop."""
+        ts = self.timestamp_begin
+        tail = np.asarray(sampled)[-3 * self.max_span :].tolist()  # timestamps come in between
+        text = [t for t in tail if t < ts]
+        return find_loop(text, self.max_period, self.min_repeats, self.min_span) is not None
+
+
+def find_loop(
+    text: np.ndarray | Sequence[int], max_period: int, min_repeats: int, min_span: int
+) -> tuple[int, int] | None:
+    """(period, repeats) of a loop at the end of `text` (1-D ints), or None."""
+    seq = text.tolist() if isinstance(text, np.ndarray) else list(text)
+    n = len(seq)
+    for period in range(1, max_period + 1):
+        need = max(min_repeats, -(-min_span // period))  # ceil(min_span / period)
+        span = need * period
+        if span > n:
+            continue
+        # the last `span` tokens repeat with this period; most sequences fail at once
+        if all(seq[n - 1 - i] == seq[n - 1 - i - period] for i in range(span - period)):
+            return period, need
+    return None

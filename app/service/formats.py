@@ -1,0 +1,75 @@
+"""Transcript output formats: plain text, SubRip (srt), WebVTT (vtt) and JSON.
+
+One function per format, each taking the segments (seconds); shared by the CLI and the HTTP API.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from app.service.results import Segment, TranscriptionInfo
+
+FORMATS = ("text", "json", "verbose_json", "srt", "vtt")
+
+
+def format_timestamp(
+    seconds: float, *, decimal_marker: str = ".", always_hours: bool = True
+) -> str:
+    """HH:MM:SS.mmm (srt uses "," as the decimal marker); negative values clamp to 0."""
+    milliseconds = max(0, round(seconds * 1000.0))
+    hours, milliseconds = divmod(milliseconds, 3_600_000)
+    minutes, milliseconds = divmod(milliseconds, 60_000)
+    secs, milliseconds = divmod(milliseconds, 1000)
+    hours_marker = f"{hours:02d}:" if always_hours or hours > 0 else ""
+    return f"{hours_marker}{minutes:02d}:{secs:02d}{decimal_marker}{milliseconds:03d}"
+
+
+def to_text(segments: Iterable[Segment]) -> str:
+    """The transcript as one line of text (segments joined, outer whitespace stripped)."""
+    return "".join(s.text for s in segments).strip()
+
+
+def to_srt(segments: Iterable[Segment]) -> str:
+    """SubRip subtitles: numbered cues, "HH:MM:SS,mmm --> HH:MM:SS,mmm"."""
+    cues = []
+    for index, s in enumerate(segments, start=1):
+        start = format_timestamp(s.start, decimal_marker=",")
+        end = format_timestamp(s.end, decimal_marker=",")
+        cues.append(f"{index}\n{start} --> {end}\n{s.text.strip().replace('-->', '->')}\n")
+    return "\n".join(cues)
+
+
+def to_vtt(segments: Iterable[Segment]) -> str:
+    """WebVTT subtitles: a "WEBVTT" header, then "HH:MM:SS.mmm --> HH:MM:SS.mmm" cues."""
+    cues = ["WEBVTT\n"]
+    for s in segments:
+        start, end = format_timestamp(s.start), format_timestamp(s.end)
+        cues.append(f"{start} --> {end}\n{s.text.strip().replace('-->', '->')}\n")
+    return "\n".join(cues)
+
+
+def to_json(segments: Iterable[Segment]) -> str:
+    """OpenAI's `json` response: {"text": ...}."""
+    return json.dumps({"text": to_text(segments)}, ensure_ascii=False)
+
+
+def verbose_json_dict(
+    segments: Iterable[Segment], info: TranscriptionInfo, *, task: str = "transcribe"
+) -> dict[str, Any]:
+    """OpenAI's `verbose_json` response as a dict: task, language, duration, text, segments."""
+    segments = list(segments)
+    return {
+        "task": task,
+        "language": info.language,
+        "duration": round(info.duration, 3),
+        "text": to_text(segments),
+        "segments": [s.to_dict() for s in segments],
+    }
+
+
+def to_verbose_json(
+    segments: Iterable[Segment], info: TranscriptionInfo, *, task: str = "transcribe"
+) -> str:
+    return json.dumps(verbose_json_dict(segments, info, task=task), ensure_ascii=False)

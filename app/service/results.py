@@ -1,0 +1,143 @@
+"""Typed transcription results: `Segment`, `Word`, `TranscriptionInfo` and the timing stats.
+
+Times are seconds from the start of the audio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word with its time span (seconds) and probability."""
+
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of the transcript between two timestamps (seconds).
+
+    tokens: the segment's tokens, timestamp tokens included.
+    seek: mel frame (10 ms) where the window that produced it started.
+    """
+
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: tuple[Word, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (OpenAI verbose_json segment shape)."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "seek": self.seek,
+            "start": round(self.start, 3),
+            "end": round(self.end, 3),
+            "text": self.text,
+            "tokens": list(self.tokens),
+            "temperature": self.temperature,
+            "avg_logprob": self.avg_logprob,
+            "compression_ratio": self.compression_ratio,
+            "no_speech_prob": self.no_speech_prob,
+        }
+        if self.words is not None:
+            data["words"] = [
+                {"word": w.word, "start": w.start, "end": w.end, "probability": w.probability}
+                for w in self.words
+            ]
+        return data
+
+
+@dataclass
+class TranscriptionStats:
+    """Per-stage timings of one transcription (seconds), filled in as segments are produced:
+    complete once the segment iterator is exhausted.
+
+    steps: decoder loop iterations (one token per row); prefill_s and decoder_s sum the decoder
+    calls of the prefix and of the steps; tokens: text + timestamp tokens kept in segments.
+    """
+
+    audio_s: float = 0.0
+    vad_s: float = 0.0
+    mel_s: float = 0.0
+    encoder_s: float = 0.0
+    language_s: float = 0.0
+    prefill_s: float = 0.0
+    decoder_s: float = 0.0
+    search_s: float = 0.0  # decode() wall time minus decoder calls: filters, selection, copies
+    windows: int = 0
+    attempts: int = 0
+    fallbacks: int = 0
+    prefills: int = 0  # prompt prefills computed (fallback attempts reuse their window's)
+    steps: int = 0
+    decoder_calls: int = 0
+    tokens: int = 0
+    cache_nbytes: int = 0  # peak K/V bytes (cross + self) of one decode
+    total_s: float = 0.0
+
+    @property
+    def ms_per_step(self) -> float:
+        return 1000.0 * self.decoder_s / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.steps / self.decoder_s if self.decoder_s else 0.0
+
+    @property
+    def rtf(self) -> float:
+        """Real-time factor: processing time / audio duration."""
+        return self.total_s / self.audio_s if self.audio_s else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "audio_s": self.audio_s,
+            "vad_s": self.vad_s,
+            "mel_s": self.mel_s,
+            "encoder_s": self.encoder_s,
+            "language_s": self.language_s,
+            "prefill_s": self.prefill_s,
+            "decoder_s": self.decoder_s,
+            "search_s": self.search_s,
+            "windows": self.windows,
+            "attempts": self.attempts,
+            "fallbacks": self.fallbacks,
+            "prefills": self.prefills,
+            "steps": self.steps,
+            "decoder_calls": self.decoder_calls,
+            "tokens": self.tokens,
+            "ms_per_step": self.ms_per_step,
+            "tokens_per_s": self.tokens_per_s,
+            "cache_nbytes": self.cache_nbytes,
+            "total_s": self.total_s,
+            "rtf": self.rtf,
+        }
+
+
+@dataclass(frozen=True)
+class TranscriptionInfo:
+    """What is known about a transcription before its segments are produced.
+
+    duration: seconds of audio; language_probs: code -> probability (multilingual detection only).
+    stats: filled while the segments are generated (see TranscriptionStats).
+    """
+
+    language: str
+    language_probability: float
+    duration: float
+    duration_after_vad: float
+    options: Any  # TranscriptionOptions (kept untyped here to avoid an import cycle)
+    all_language_probs: dict[str, float] | None = None
+    stats: TranscriptionStats = field(default_factory=TranscriptionStats, compare=False)

@@ -1,0 +1,668 @@
+"""Long-form transcription: 30 s windows, timestamp-based seeking, temperature fallback.
+
+Ported from openai/whisper's `transcribe.py` and faster-whisper's `generate_segments`:
+
+- the log-mel of the whole clip is computed once (30 s of silence appended) and cut into windows
+  of 3000 frames starting at `seek` (mel frames of 10 ms);
+- each window is encoded once; its cross K/V and prefilled prompt serve every fallback attempt;
+- the decoded tokens are split into segments at consecutive timestamp pairs; the window then
+  seeks to the last closed timestamp (the unfinished tail is decoded again in the next window), or
+  past the whole window when the tokens end in a single timestamp or hold none;
+- temperature fallback (0, 0.2 ... 1.0) when the text is too repetitive (zlib compression ratio
+  above 2.4, or the repetition guard fired) or too unlikely (average log-prob below -1); a window
+  whose no-speech probability is above 0.6 *and* whose average log-prob is below -1 is skipped;
+- the previous text (last 223 tokens) is the prompt of the next window, reset after a window
+  decoded at a temperature above 0.5.
+
+Streaming (`on_delta`): text is sent as it is decoded, in pieces that never split a UTF-8
+character. Only text that belongs to the final segments is sent live: in timestamp mode a
+segment's text is released when its closing timestamp is decoded (the unfinished tail of a window
+is decoded again by the next window, so it is never sent from the first one); without timestamps
+every token is sent at once. A window that may be skipped as silence (no-speech probability above
+the threshold) and every retry after a rejected attempt are held back and sent once the window is
+accepted. Text sent from an attempt that is later rejected cannot be taken back: the accepted
+attempt's text is then sent from the same character offset and a warning is logged. The segments
+are authoritative.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from app.engine.decoding import (
+    DecodingCancelled,
+    DecodingOptions,
+    DecodingResult,
+    DecodingTask,
+    PrefixMemo,
+    detect_language,
+)
+from app.engine.kv_cache import CACHE_MODES
+from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
+from app.engine.tokenizer import Tokenizer
+from app.engine.vad import (
+    SileroVad,
+    VadOptions,
+    collect_speech,
+    restore_time,
+    speech_time_map,
+    speech_timestamps,
+)
+from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.runtime.sessions import WhisperSessions
+from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
+
+__all__ = [
+    "Segment",
+    "Transcriber",
+    "TranscriptionCancelled",
+    "TranscriptionInfo",
+    "TranscriptionOptions",
+    "TranscriptionStats",
+    "Word",
+]
+
+log = logging.getLogger(__name__)
+
+TIME_PRECISION = 0.02  # seconds per timestamp token
+INPUT_STRIDE = N_FRAMES // 1500  # mel frames per timestamp step (2)
+DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+class TranscriptionCancelled(Exception):
+    """The caller's cancel event was set; the transcription stopped at the next decoder step."""
+
+
+@dataclass(frozen=True)
+class TranscriptionOptions:
+    """Options of one transcription, validated once (ValueError).
+
+    temperature: the fallback schedule, tried in order (a single float is one attempt).
+    beam_size: beams at temperature 0 (None or 1 = greedy); best_of: samples at temperature > 0.
+    thresholds: compression_ratio_threshold (fallback above), log_prob_threshold (fallback
+    below), no_speech_threshold (skip a window above it when its avg log-prob is below
+    log_prob_threshold); None disables a check.
+    prompt_reset_on_temperature: a window decoded above it does not prompt the next one.
+    kv_cache: "concat" | "static" | "none". seed: sampling rng seed of the request.
+    silence_threshold: a window whose audio RMS is below it (1e-3 = -60 dBFS) is skipped without
+    decoding (Whisper tends to write "you" over digital silence); None disables the gate.
+    vad_filter: transcribe only the speech regions Silero VAD finds (`vad_options`; None =
+    defaults), as faster-whisper does; segment times stay those of the original audio. Needs a
+    Transcriber built with a VAD model.
+    """
+
+    language: str | None = None
+    task: str = "transcribe"
+    beam_size: int | None = 5
+    best_of: int | None = 5
+    patience: float | None = 1.0
+    length_penalty: float | None = None
+    temperature: float | tuple[float, ...] = DEFAULT_TEMPERATURES
+    compression_ratio_threshold: float | None = 2.4
+    log_prob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    condition_on_previous_text: bool = True
+    prompt_reset_on_temperature: float = 0.5
+    initial_prompt: str | tuple[int, ...] | None = None
+    prefix: str | None = None
+    without_timestamps: bool = False
+    max_initial_timestamp: float | None = 1.0
+    suppress_blank: bool = True
+    suppress_tokens: tuple[int, ...] | None = (-1,)
+    sample_len: int | None = None
+    vad_filter: bool = False
+    vad_options: VadOptions | None = None
+    kv_cache: str = "concat"
+    seed: int | None = 0
+    repetition_guard: bool = True
+    silence_threshold: float | None = 1e-3
+
+    def __post_init__(self) -> None:
+        temps = self.temperature
+        if isinstance(temps, int | float):
+            temps = (float(temps),)
+        temps = tuple(float(t) for t in temps)
+        if not temps:
+            raise ValueError("temperature needs at least one value")
+        if any(t < 0 or t > 10 for t in temps):
+            raise ValueError("temperatures must be in [0, 10]")
+        object.__setattr__(self, "temperature", temps)
+        if self.suppress_tokens is not None:
+            object.__setattr__(self, "suppress_tokens", tuple(int(t) for t in self.suppress_tokens))
+        if isinstance(self.initial_prompt, list):
+            object.__setattr__(self, "initial_prompt", tuple(self.initial_prompt))
+        if self.beam_size == 1:
+            object.__setattr__(self, "beam_size", None)
+        if self.kv_cache not in CACHE_MODES:
+            raise ValueError(f"kv_cache must be one of {CACHE_MODES}, got {self.kv_cache!r}")
+        if self.silence_threshold is not None and self.silence_threshold < 0:
+            raise ValueError("silence_threshold must be >= 0")
+        if not 0 <= self.prompt_reset_on_temperature <= 10:
+            raise ValueError("prompt_reset_on_temperature must be in [0, 10]")
+        # let DecodingOptions check the rest, once, for every temperature of the schedule
+        for t in temps:
+            self.decoding_options(t)
+
+    def decoding_options(
+        self,
+        temperature: float,
+        *,
+        language: str | None = None,
+        prompt: Sequence[int] | None = None,
+        prefix: str | None = None,
+    ) -> DecodingOptions:
+        """The options of one decode attempt at `temperature`."""
+        greedy = temperature == 0
+        return DecodingOptions(
+            task=self.task,
+            language=language if language is not None else self.language,
+            temperature=temperature,
+            sample_len=self.sample_len,
+            best_of=None if greedy else self.best_of,
+            beam_size=self.beam_size if greedy else None,
+            patience=self.patience if greedy and self.beam_size else None,
+            length_penalty=self.length_penalty,
+            prompt=tuple(prompt) if prompt else None,
+            prefix=prefix,
+            suppress_tokens=self.suppress_tokens,
+            suppress_blank=self.suppress_blank,
+            without_timestamps=self.without_timestamps,
+            max_initial_timestamp=self.max_initial_timestamp,
+            kv_cache=self.kv_cache,
+            seed=self.seed,
+            repetition_guard=self.repetition_guard,
+        )
+
+
+class TextStream:
+    """Turns tokens into text deltas without splitting a UTF-8 character: pending tokens are
+    decoded together and sent once their text no longer ends in U+FFFD (an incomplete byte
+    sequence). `sent` is all the text sent so far."""
+
+    MAX_PENDING = 8  # give up waiting for a character to complete after this many tokens
+
+    def __init__(self, tokenizer: Tokenizer, on_delta: Callable[[str], None]) -> None:
+        self.tokenizer = tokenizer
+        self.on_delta = on_delta
+        self.pending: list[int] = []
+        self.sent = ""
+
+    def push(self, token: int) -> None:
+        if token >= self.tokenizer.eot:
+            return
+        self.pending.append(token)
+        text = self.tokenizer.decode(self.pending)
+        if text.endswith("\ufffd") and len(self.pending) < self.MAX_PENDING:
+            return
+        self.pending.clear()
+        self.send(text)
+
+    def send(self, text: str) -> None:
+        if text:
+            self.sent += text
+            self.on_delta(text)
+
+    def drop_pending(self) -> None:
+        self.pending.clear()
+
+
+@dataclass
+class _WindowStream:
+    """Streams one window's text (see the module docstring for the policy)."""
+
+    stream: TextStream
+    timestamps: bool
+    live: bool = True
+    start: int = 0  # len(stream.sent) when the window began
+    held: list[int] = field(default_factory=list)  # text tokens of the open segment
+
+    def on_token(self, token: int) -> None:
+        if not self.live:
+            return
+        if token < self.stream.tokenizer.eot:
+            if self.timestamps:
+                self.held.append(token)
+            else:
+                self.stream.push(token)
+        elif token >= self.stream.tokenizer.timestamp_begin and self.held:
+            for t in self.held:
+                self.stream.push(t)
+            self.held.clear()
+
+    def new_attempt(self, live: bool) -> None:
+        self.held.clear()
+        self.stream.drop_pending()
+        self.live = live and len(self.stream.sent) == self.start
+
+    @property
+    def sent(self) -> str:
+        return self.stream.sent[self.start :]
+
+    def finish(self, text: str) -> None:
+        """The window's accepted text: send what has not been sent yet."""
+        self.held.clear()
+        self.stream.drop_pending()
+        sent = self.sent
+        if not text.startswith(sent):
+            log.warning(
+                "streamed text of a rejected attempt differs from the accepted one: %r vs %r",
+                sent[-40:],
+                text[: len(sent)][-40:],
+            )
+        self.stream.send(text[len(sent) :])
+
+
+class Transcriber:
+    """Transcribes audio with one model's sessions and tokenizer. Holds no per-request state, so
+    one instance serves concurrent requests."""
+
+    def __init__(
+        self, sessions: WhisperSessions, tokenizer: Tokenizer, vad: SileroVad | None = None
+    ) -> None:
+        self.sessions = sessions
+        self.tokenizer = tokenizer
+        self.vad = vad  # for the vad_filter option
+        self.n_mels = sessions.manifest.dims.n_mels
+        self.multilingual = sessions.manifest.multilingual
+        self.n_text_ctx = sessions.manifest.dims.n_text_ctx
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        options: TranscriptionOptions | None = None,
+        on_delta: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[Iterator[Segment], TranscriptionInfo]:
+        """Transcribe f32 [N] mono 16 kHz audio. Segments are produced lazily by the iterator;
+        the mel, and language detection when needed, happen now. Raises TranscriptionCancelled
+        (also from the iterator) once `cancel` is set."""
+        options = options or TranscriptionOptions()
+        audio = np.asarray(audio, dtype=np.float32)
+        if audio.ndim != 1:
+            raise ValueError(f"audio must be 1-D [N] samples at 16 kHz, got shape {audio.shape}")
+        self._check_cancel(cancel)
+        started = time.perf_counter()
+        stats = TranscriptionStats(audio_s=audio.shape[0] / SAMPLE_RATE)
+        time_map: list[tuple[float, float]] | None = None
+        if options.vad_filter:
+            if self.vad is None:
+                raise ValueError(
+                    "vad_filter needs the Silero VAD model (models/silero_vad.onnx); "
+                    "this transcriber was built without one"
+                )
+            t0 = time.perf_counter()
+            spans = speech_timestamps(self.vad, audio, options.vad_options)
+            time_map = speech_time_map(spans)
+            audio = collect_speech(audio, spans)
+            stats.vad_s = time.perf_counter() - t0
+            log.debug(
+                "VAD: %d speech regions, %.2f of %.2f s kept",
+                len(spans),
+                audio.shape[0] / SAMPLE_RATE,
+                stats.audio_s,
+            )
+
+        t0 = time.perf_counter()
+        mel = log_mel_spectrogram(audio, self.n_mels, padding=N_SAMPLES_PER_WINDOW)
+        stats.mel_s = time.perf_counter() - t0
+        content_frames = mel.shape[-1] - N_FRAMES
+
+        language = options.language
+        language_probability = 1.0
+        language_probs: dict[str, float] | None = None
+        first_cross: list[np.ndarray] | None = None
+        if language is None:
+            if self.multilingual:
+                first_cross = self._encode(mel, 0, content_frames, stats)
+                t0 = time.perf_counter()
+                detection = detect_language(
+                    self.sessions, first_cross, self.tokenizer, options.kv_cache
+                )
+                stats.language_s = time.perf_counter() - t0
+                language, language_probability = detection.language, detection.probability
+                language_probs = detection.probabilities
+                log.info("detected language %s (p=%.2f)", language, language_probability)
+            else:
+                language = "en"
+        stats.total_s = time.perf_counter() - started
+
+        info = TranscriptionInfo(
+            language=language,
+            language_probability=language_probability,
+            duration=stats.audio_s,
+            duration_after_vad=audio.shape[0] / SAMPLE_RATE,
+            options=options,
+            all_language_probs=language_probs,
+            stats=stats,
+        )
+        segments = self._generate(
+            audio, mel, content_frames, options, language, first_cross, stats, on_delta, cancel
+        )
+        if time_map is not None:
+            segments = _restore_times(segments, time_map, stats.audio_s)
+        return segments, info
+
+    def detect_language(self, audio: np.ndarray) -> tuple[str, float, dict[str, float]]:
+        """(code, probability, code -> probability) from the first 30 s of f32 16 kHz audio."""
+        mel = log_mel_spectrogram(
+            np.asarray(audio, np.float32)[:N_SAMPLES_PER_WINDOW],
+            self.n_mels,
+            padding=N_SAMPLES_PER_WINDOW,
+        )
+        cross = self.sessions.encode(pad_or_trim(mel, N_FRAMES)[None])
+        detection = detect_language(self.sessions, cross, self.tokenizer)
+        return detection.language, detection.probability, detection.probabilities
+
+    # -- the window loop -------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_cancel(cancel: threading.Event | None) -> None:
+        if cancel is not None and cancel.is_set():
+            raise TranscriptionCancelled("transcription was cancelled")
+
+    def _encode(
+        self, mel: np.ndarray, seek: int, content_frames: int, stats: TranscriptionStats
+    ) -> list[np.ndarray]:
+        size = min(N_FRAMES, content_frames - seek)
+        window = pad_or_trim(mel[:, seek : seek + max(size, 0)], N_FRAMES)  # [n_mels, 3000]
+        t0 = time.perf_counter()
+        cross = self.sessions.encode(np.ascontiguousarray(window[None]))  # [1, H, 1500, Dh] each
+        stats.encoder_s += time.perf_counter() - t0
+        stats.windows += 1
+        return cross
+
+    def _generate(
+        self,
+        audio: np.ndarray,
+        mel: np.ndarray,
+        content_frames: int,
+        options: TranscriptionOptions,
+        language: str,
+        first_cross: list[np.ndarray] | None,
+        stats: TranscriptionStats,
+        on_delta: Callable[[str], None] | None,
+        cancel: threading.Event | None,
+    ) -> Iterator[Segment]:
+        tok = self.tokenizer
+        rng = np.random.default_rng(options.seed)
+        stream = TextStream(tok, on_delta) if on_delta is not None else None
+        all_tokens: list[int] = []
+        prompt_reset_since = 0
+        if options.initial_prompt:
+            if isinstance(options.initial_prompt, str):
+                all_tokens.extend(tok.encode(" " + options.initial_prompt.strip()))
+            else:
+                all_tokens.extend(options.initial_prompt)
+        seek = 0
+        segment_id = 0
+        duration = content_frames * HOP_LENGTH / SAMPLE_RATE
+        window_started = time.perf_counter()
+
+        while seek < content_frames:
+            self._check_cancel(cancel)
+            time_offset = seek * HOP_LENGTH / SAMPLE_RATE  # seconds
+            segment_size = min(N_FRAMES, content_frames - seek)  # mel frames
+            segment_duration = segment_size * HOP_LENGTH / SAMPLE_RATE
+            if options.silence_threshold is not None:
+                samples = audio[seek * HOP_LENGTH : (seek + segment_size) * HOP_LENGTH]
+                rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+                if rms < options.silence_threshold:
+                    log.debug("window at %.2f s: silent (RMS %.1e), skipped", time_offset, rms)
+                    seek += segment_size
+                    first_cross = None
+                    continue
+            if seek == 0 and first_cross is not None:
+                cross = first_cross
+                first_cross = None
+            else:
+                cross = self._encode(mel, seek, content_frames, stats)
+
+            prompt = all_tokens[prompt_reset_since:]
+            window = (
+                _WindowStream(stream, not options.without_timestamps, start=len(stream.sent))
+                if stream is not None
+                else None
+            )
+            result = self._decode_with_fallback(
+                cross, options, language, prompt, seek, stats, rng, window, cancel
+            )
+            del cross
+
+            if options.no_speech_threshold is not None:
+                should_skip = result.no_speech_prob > options.no_speech_threshold
+                if (
+                    options.log_prob_threshold is not None
+                    and result.avg_logprob > options.log_prob_threshold
+                ):
+                    should_skip = False
+                if should_skip:
+                    log.debug(
+                        "window at %.2f s: no speech (p=%.2f, avg logprob %.2f), skipped",
+                        time_offset,
+                        result.no_speech_prob,
+                        result.avg_logprob,
+                    )
+                    seek += segment_size
+                    continue
+
+            pieces, seek_delta = split_by_timestamps(
+                result.tokens, tok.timestamp_begin, segment_size, segment_duration
+            )
+            previous_seek = seek
+            seek += seek_delta
+            if window is not None:
+                window.finish("".join(tok.decode(p.tokens) for p in pieces))
+
+            kept: list[Segment] = []
+            for piece in pieces:
+                start = time_offset + piece.start
+                end = min(time_offset + piece.end, duration)
+                start = min(start, end)
+                text = tok.decode(piece.tokens)
+                if start == end or not text.strip():
+                    continue
+                kept.append(
+                    Segment(
+                        id=segment_id,
+                        seek=previous_seek,
+                        start=round(start, 3),
+                        end=round(end, 3),
+                        text=text,
+                        tokens=tuple(piece.tokens),
+                        temperature=result.temperature,
+                        avg_logprob=result.avg_logprob,
+                        compression_ratio=result.compression_ratio,
+                        no_speech_prob=result.no_speech_prob,
+                    )
+                )
+                segment_id += 1
+                all_tokens.extend(piece.tokens)
+                stats.tokens += len(piece.tokens)
+
+            if (
+                not options.condition_on_previous_text
+                or result.temperature > options.prompt_reset_on_temperature
+            ):
+                prompt_reset_since = len(all_tokens)
+
+            stats.total_s += time.perf_counter() - window_started
+            yield from kept
+            window_started = time.perf_counter()
+
+        stats.total_s += time.perf_counter() - window_started
+        log.info(
+            "transcribed %.2f s in %.3f s (RTF %.3f): mel %.1f ms, encoder %.1f ms (%d windows), "
+            "prefill %.1f ms, decoder %.1f ms (%d steps, %.2f ms/step, %.1f tok/s), "
+            "search %.1f ms, %d attempts (%d fallbacks), peak K/V %.1f MB",
+            stats.audio_s,
+            stats.total_s,
+            stats.rtf,
+            1000 * stats.mel_s,
+            1000 * stats.encoder_s,
+            stats.windows,
+            1000 * stats.prefill_s,
+            1000 * stats.decoder_s,
+            stats.steps,
+            stats.ms_per_step,
+            stats.tokens_per_s,
+            1000 * stats.search_s,
+            stats.attempts,
+            stats.fallbacks,
+            stats.cache_nbytes / 1e6,
+        )
+
+    def _decode_with_fallback(
+        self,
+        cross: list[np.ndarray],
+        options: TranscriptionOptions,
+        language: str,
+        prompt: list[int],
+        seek: int,
+        stats: TranscriptionStats,
+        rng: np.random.Generator,
+        window: _WindowStream | None,
+        cancel: threading.Event | None,
+    ) -> DecodingResult:
+        memo = PrefixMemo()  # this window's prefilled prompt, shared by every attempt
+        results: list[DecodingResult] = []
+        below_cr: list[DecodingResult] = []
+        ns_threshold = options.no_speech_threshold
+        lp_threshold = options.log_prob_threshold
+        cr_threshold = options.compression_ratio_threshold
+        prefix = options.prefix if seek == 0 else None
+        result: DecodingResult | None = None
+        for attempt, temperature in enumerate(options.temperature):
+            decoding = options.decoding_options(
+                temperature, language=language, prompt=prompt, prefix=prefix
+            )
+            task = DecodingTask(self.sessions, cross, self.tokenizer, decoding, memo=memo, rng=rng)
+            on_token = None
+            if window is not None:
+                # hold back retries, and windows that may be skipped as silence
+                no_speech = task.no_speech_prob()
+                maybe_silent = (
+                    ns_threshold is not None
+                    and lp_threshold is not None
+                    and no_speech > ns_threshold
+                )
+                window.new_attempt(live=attempt == 0 and not maybe_silent)
+                on_token = window.on_token
+            try:
+                result = task.run(on_token, cancel)
+            except DecodingCancelled as e:
+                raise TranscriptionCancelled(str(e)) from e
+            self._count(result, stats, fallback=attempt > 0)
+            results.append(result)
+
+            needs_fallback = False
+            too_repetitive = result.looped or (
+                cr_threshold is not None and result.compression_ratio > cr_threshold
+            )
+            if too_repetitive:
+                needs_fallback = True
+            else:
+                below_cr.append(result)
+            if lp_threshold is not None and result.avg_logprob < lp_threshold:
+                needs_fallback = True
+            if (
+                ns_threshold is not None
+                and lp_threshold is not None
+                and result.no_speech_prob > ns_threshold
+                and result.avg_logprob < lp_threshold
+            ):
+                needs_fallback = False  # silence: the caller skips the window
+            log.debug(
+                "seek %d, T=%.1f: %d tokens, avg logprob %.2f, compression %.2f, no-speech %.2f%s",
+                seek,
+                temperature,
+                len(result.tokens),
+                result.avg_logprob,
+                result.compression_ratio,
+                result.no_speech_prob,
+                ", looped" if result.looped else "",
+            )
+            if not needs_fallback:
+                return result
+        # every temperature failed: the likeliest result that is not repetitive (faster-whisper)
+        return max(below_cr or results, key=lambda r: r.avg_logprob)
+
+    @staticmethod
+    def _count(result: DecodingResult, stats: TranscriptionStats, *, fallback: bool) -> None:
+        stats.attempts += 1
+        stats.fallbacks += int(fallback)
+        s = result.stats
+        if s is None:
+            return
+        stats.prefill_s += s.prefill_s
+        stats.prefills += int(not s.prefill_reused)
+        stats.decoder_s += s.decoder_s
+        stats.search_s += max(0.0, s.wall_s - s.decoder_s)
+        stats.steps += s.steps
+        stats.decoder_calls += s.calls
+        stats.cache_nbytes = max(stats.cache_nbytes, s.cache_nbytes)
+
+
+def _restore_times(
+    segments: Iterator[Segment], time_map: list[tuple[float, float]], duration: float
+) -> Iterator[Segment]:
+    """Segment times of the VAD-collected speech -> times in the original audio (seconds)."""
+    for segment in segments:
+        start = restore_time(segment.start, time_map)
+        end = min(max(restore_time(segment.end, time_map), start), duration)
+        yield replace(segment, start=round(start, 3), end=round(end, 3))
+
+
+@dataclass(frozen=True)
+class _Piece:
+    start: float  # seconds from the window start
+    end: float
+    tokens: tuple[int, ...]
+
+
+def split_by_timestamps(
+    tokens: Sequence[int], timestamp_begin: int, segment_size: int, segment_duration: float
+) -> tuple[list[_Piece], int]:
+    """Split one window's tokens into segments; return them and how far to seek (mel frames).
+
+    Consecutive timestamp tokens close a segment and open the next. When the tokens end in a
+    single timestamp, the last segment is closed and the whole window is consumed; otherwise the
+    unfinished tail after the last pair is dropped and the seek stops at that pair. Tokens with
+    no pair form one segment up to the last timestamp (or the window's end).
+    """
+    tokens = list(tokens)
+    is_ts = [t >= timestamp_begin for t in tokens]
+    single_timestamp_ending = is_ts[-2:] == [False, True]
+    consecutive = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    pieces: list[_Piece] = []
+    if consecutive:
+        slices = list(consecutive)
+        if single_timestamp_ending:
+            slices.append(len(tokens))
+        last_slice = 0
+        for current in slices:
+            sliced = tokens[last_slice:current]
+            start = (sliced[0] - timestamp_begin) * TIME_PRECISION
+            end = (sliced[-1] - timestamp_begin) * TIME_PRECISION
+            pieces.append(_Piece(start, end, tuple(sliced)))
+            last_slice = current
+        if single_timestamp_ending:
+            seek_delta = segment_size  # no speech after the last timestamp
+        else:
+            last_timestamp_pos = tokens[last_slice - 1] - timestamp_begin
+            seek_delta = last_timestamp_pos * INPUT_STRIDE
+        return pieces, max(seek_delta, 1)
+    duration = segment_duration
+    timestamps = [t for t in tokens if t >= timestamp_begin]
+    if timestamps and timestamps[-1] != timestamp_begin:
+        duration = (timestamps[-1] - timestamp_begin) * TIME_PRECISION
+    if tokens:
+        pieces.append(_Piece(0.0, duration, tuple(tokens)))
+    return pieces, segment_size

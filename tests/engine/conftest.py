@@ -1,0 +1,111 @@
+"""Fixtures for the decoding-engine tests: real model sessions (loaded once per test session),
+tokenizers, transcribers and the testdata clips.
+
+Models come from `make test-models` (`make test` builds them first); without them these tests
+skip with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.engine.audio import decode_audio
+from app.engine.mel import log_mel_spectrogram, pad_or_trim
+from app.engine.tokenizer import Tokenizer
+from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.service.transcriber import Transcriber
+from tests.conftest import AUDIO, MODELS_DIR, testdata_manifest
+
+ENGLISH_CLIPS = [
+    e["file"].removeprefix("audio/") for e in testdata_manifest() if e["language"] == "en"
+]
+REFERENCES = {e["file"].removeprefix("audio/"): e["text"] for e in testdata_manifest()}
+JFK = "jfk.flac"
+EARNINGS = "earnings22_1_4482311_3_62.wav"
+EMPTY = "picovoice_empty.wav"
+SPANISH = "picovoice_test_es.wav"
+
+
+def _folder(name: str) -> Path:
+    folder = MODELS_DIR / name
+    if not (folder / "manifest.json").is_file():
+        pytest.skip(f"models/{name} is not built: run `make test-models` (make test does it)")
+    return folder
+
+
+@cache
+def _sessions(name: str, ep: str) -> WhisperSessions:
+    return WhisperSessions.load(_folder(name), RuntimeOptions(ep=ep, device="CPU"))
+
+
+@cache
+def _tokenizer(name: str) -> Tokenizer:
+    folder = _folder(name)
+    return Tokenizer.from_folder(folder)
+
+
+@cache
+def clip(name: str) -> np.ndarray:
+    """A testdata clip as f32 [N] mono 16 kHz (cached)."""
+    audio = decode_audio(AUDIO / name)
+    audio.flags.writeable = False
+    return audio
+
+
+def window_cross(sessions: WhisperSessions, audio: np.ndarray) -> list[np.ndarray]:
+    """Cross K/V [1, H, 1500, Dh] per layer of the first 30 s window of `audio`."""
+    mel = log_mel_spectrogram(
+        audio[:N_SAMPLES_PER_WINDOW], sessions.manifest.dims.n_mels, padding=N_SAMPLES_PER_WINDOW
+    )
+    return sessions.encode(np.ascontiguousarray(pad_or_trim(mel)[None]))
+
+
+def normalise(text: str) -> str:
+    """Case and punctuation folded, whitespace collapsed (for exact-text checks)."""
+    text = re.sub(r"[^\w\s']", " ", text.lower())
+    return " ".join(text.split())
+
+
+def seconds(n: float) -> int:
+    return int(n * SAMPLE_RATE)
+
+
+@pytest.fixture(scope="session")
+def tiny() -> WhisperSessions:
+    return _sessions("tiny.en", "openvino")
+
+
+@pytest.fixture(scope="session")
+def tiny_cpu() -> WhisperSessions:
+    return _sessions("tiny.en", "cpu")
+
+
+@pytest.fixture(scope="session")
+def base() -> WhisperSessions:
+    return _sessions("base", "openvino")
+
+
+@pytest.fixture(scope="session")
+def tiny_tok() -> Tokenizer:
+    return _tokenizer("tiny.en")
+
+
+@pytest.fixture(scope="session")
+def base_tok() -> Tokenizer:
+    return _tokenizer("base")
+
+
+@pytest.fixture(scope="session")
+def tiny_tr(tiny, tiny_tok) -> Transcriber:
+    return Transcriber(tiny, tiny_tok)
+
+
+@pytest.fixture(scope="session")
+def base_tr(base, base_tok) -> Transcriber:
+    return Transcriber(base, base_tok)

@@ -1,0 +1,49 @@
+"""`python -m app transcribe` end to end: transcript on stdout, timings on stderr."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import AUDIO, MODELS_DIR, REPO
+from tests.engine.conftest import JFK, REFERENCES, _folder, normalise
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "app", "transcribe", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_srt_with_timings():
+    _folder("tiny.en")
+    done = run_cli(
+        str(AUDIO / JFK),
+        "--model", "tiny.en",
+        "--models-dir", str(MODELS_DIR),
+        "--ep", "cpu",
+        "--beam-size", "1",
+        "--kv-cache", "static",
+        "--format", "srt",
+        "--verbose",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "1" and " --> " in lines[1]
+    text = " ".join(line for line in lines if line and not line[0].isdigit())
+    assert normalise(text) == normalise(REFERENCES[JFK])
+    for stage in ("mel", "encoder", "decoder", "tokens/s", "RTF", "K/V cache"):
+        assert stage in done.stderr
+
+
+def test_cli_reports_a_bad_file(tmp_path):
+    _folder("tiny.en")
+    bad = tmp_path / "notes.wav"
+    bad.write_text("not audio")
+    done = run_cli(str(bad), "--model", "tiny.en", "--models-dir", str(MODELS_DIR), "--ep", "cpu")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error:") and "Traceback" not in done.stderr

@@ -1,0 +1,159 @@
+"""K/V cache strategies on the real models: concat, static and no cache give the same tokens,
+for greedy and beam search; sequences end cleanly at the text context; sizes are reported."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.engine.decoding import DecodingOptions, PrefixMemo, decode
+from app.engine.kv_cache import ConcatCache, StaticCache, make_cache
+from tests.engine.conftest import EARNINGS, JFK, SPANISH, clip, window_cross
+
+MODES = ("concat", "static", "none")
+
+
+def decode_all_modes(sessions, tok, audio, **options):
+    cross = window_cross(sessions, audio)
+    return {m: decode(sessions, cross, tok, DecodingOptions(kv_cache=m, **options)) for m in MODES}
+
+
+@pytest.mark.parametrize("name", [JFK, "1089-134686-0000.flac", EARNINGS])
+def test_greedy_tokens_identical_across_cache_modes(tiny, tiny_tok, name):
+    results = decode_all_modes(tiny, tiny_tok, clip(name))
+    tokens = {m: r.tokens for m, r in results.items()}
+    assert len(tokens["concat"]) > 10
+    assert tokens["concat"] == tokens["static"] == tokens["none"]
+    lps = [r.avg_logprob for r in results.values()]
+    assert max(lps) - min(lps) < 1e-3
+    nsp = [r.no_speech_prob for r in results.values()]
+    assert max(nsp) - min(nsp) < 1e-4
+
+
+def test_cache_modes_identical_multilingual(base, base_tok):
+    # language detected from the first step (no language given), then decoded with timestamps
+    results = decode_all_modes(base, base_tok, clip(SPANISH))
+    assert {r.language for r in results.values()} == {"es"}
+    assert results["concat"].tokens == results["static"].tokens == results["none"].tokens
+
+
+@pytest.mark.parametrize("name", ["1089-134691-0001.flac"])
+def test_beam_search_with_cache_equals_without(tiny, tiny_tok, name):
+    results = decode_all_modes(tiny, tiny_tok, clip(name), beam_size=5)
+    assert results["concat"].tokens == results["static"].tokens == results["none"].tokens
+    greedy = decode(tiny, window_cross(tiny, clip(name)), tiny_tok, DecodingOptions())
+    assert results["concat"].sum_logprob >= greedy.sum_logprob - 1e-3 or (
+        results["concat"].tokens != greedy.tokens
+    )
+
+
+def test_sequence_reaching_the_text_context_ends_cleanly(tiny, tiny_tok):
+    """Prompt (223 tokens) + prefix (214) leave 9 positions of the 448: decoding must stop at
+    the text context, before sample_len, without indexing past the static buffer."""
+    cross = window_cross(tiny, clip(EARNINGS))
+    text = " We are gathered to review the results for the year." * 30
+    prompt = tiny_tok.encode(text)[:223]
+    prefix = tiny_tok.encode(text)[:214]
+    n_ctx = tiny.manifest.dims.n_text_ctx
+    results = {}
+    for mode in ("concat", "static"):
+        options = DecodingOptions(
+            kv_cache=mode,
+            prompt=tuple(prompt),
+            prefix=tuple(prefix),
+            sample_len=10,
+            without_timestamps=True,
+            suppress_tokens=(-1, tiny_tok.eot),
+            repetition_guard=False,
+        )
+        results[mode] = decode(tiny, cross, tiny_tok, options)
+    initial = 1 + 223 + 2 + 214  # sot_prev + prompt + [sot, notimestamps] + prefix
+    for r in results.values():
+        assert r.truncated
+        assert r.stats.steps == n_ctx + 1 - initial  # the last token chosen at position 447
+        assert len(r.tokens) == r.stats.steps  # sampled tokens; the prefix is not repeated
+    assert results["concat"].tokens == results["static"].tokens
+
+
+def test_cache_sizes(tiny, tiny_tok):
+    dims = tiny.manifest.dims
+    cross = window_cross(tiny, clip(JFK))
+    per_layer_cross = dims.n_heads * dims.n_audio_ctx * dims.head_dim * 4
+    cross_bytes = 2 * dims.n_text_layer * per_layer_cross
+    tokens = np.array([[tiny_tok.sot, tiny_tok.no_timestamps, 440, 523]], np.int64)
+
+    concat = make_cache("concat", tiny, cross)
+    concat.forward(tokens)
+    self_per_pos = 2 * dims.n_text_layer * dims.n_heads * dims.head_dim * 4
+    assert concat.cross_nbytes == cross_bytes
+    assert concat.self_nbytes == 4 * self_per_pos
+    assert concat.nbytes == cross_bytes + 4 * self_per_pos
+
+    beams = concat.fork(5)
+    assert beams.self_nbytes == 5 * 4 * self_per_pos
+    assert beams.cross_nbytes == cross_bytes  # shared, batch 1, not copied per beam
+    assert all(a is b for a, b in zip(beams.cross, cross, strict=True))
+
+    static = make_cache("static", tiny, cross)
+    assert static.self_nbytes == dims.n_text_ctx * self_per_pos  # preallocated
+    assert make_cache("none", tiny, cross).self_nbytes == 0
+
+
+def test_static_and_concat_logits_agree_step_by_step(tiny, tiny_tok):
+    cross = window_cross(tiny, clip(JFK))
+    seq = [tiny_tok.sot, tiny_tok.no_timestamps, *tiny_tok.encode(" And so my fellow Americans")]
+    tokens = np.array([seq], np.int64)
+    concat, static = ConcatCache(tiny, cross), StaticCache(tiny, cross)
+    a = concat.forward(tokens[:, :3], positions=(0, 1, 2, 0, -1))
+    b = static.forward(tokens[:, :3], positions=(0, 1, 2, 0, -1))
+    assert a.shape == b.shape == (1, 5, tiny.manifest.dims.n_vocab)
+    np.testing.assert_allclose(a, b, atol=2e-3)
+    for n in range(4, len(seq) + 1):
+        np.testing.assert_allclose(
+            concat.forward(tokens[:, :n]), static.forward(tokens[:, :n]), atol=2e-3
+        )
+    assert concat.length == static.length == len(seq)
+
+
+def test_prefill_is_reused_across_attempts(tiny, tiny_tok):
+    cross = window_cross(tiny, clip(JFK))
+    memo = PrefixMemo()
+    prompt = tuple(tiny_tok.encode(" President Kennedy's inaugural address."))
+    first = decode(tiny, cross, tiny_tok, DecodingOptions(prompt=prompt), memo=memo)
+    again = decode(tiny, cross, tiny_tok, DecodingOptions(prompt=prompt), memo=memo)
+    sampled = decode(
+        tiny, cross, tiny_tok, DecodingOptions(prompt=prompt, temperature=0.6, best_of=3), memo=memo
+    )
+    assert not first.stats.prefill_reused
+    assert again.stats.prefill_reused and sampled.stats.prefill_reused
+    assert again.tokens == first.tokens  # the memo's prefix cache was not modified by the first
+    fresh = decode(tiny, cross, tiny_tok, DecodingOptions(prompt=prompt))
+    assert fresh.tokens == first.tokens
+
+
+def test_cache_is_3x_faster_per_token_at_100_plus_tokens(tiny, tiny_tok):
+    """Decoder time per token once the sequence holds 100+ tokens (a 100-token prefix is
+    prefilled, then 16 steps are timed): the cache must be at least 3x faster than re-running
+    the whole sequence."""
+    cross = window_cross(tiny, clip(EARNINGS))
+    text = " We are gathered to review the results for the year." * 12
+    prefix = tuple(tiny_tok.encode(text)[:100])
+    per_token = {}
+    for mode in ("concat", "none"):
+        options = DecodingOptions(
+            kv_cache=mode,
+            prefix=prefix,
+            sample_len=16,
+            suppress_tokens=(-1, tiny_tok.eot),  # exactly 16 steps
+            without_timestamps=True,
+            repetition_guard=False,
+        )
+        r = min(
+            (decode(tiny, cross, tiny_tok, options) for _ in range(2)),
+            key=lambda r: r.stats.decoder_s,
+        )
+        assert r.stats.steps == 16
+        per_token[mode] = r.stats.decoder_s / r.stats.steps
+    ms = {m: round(v * 1000, 2) for m, v in per_token.items()}
+    print(f"decoder ms/token at 102-118 tokens: {ms}")
+    assert per_token["none"] >= 3 * per_token["concat"]

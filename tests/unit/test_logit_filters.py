@@ -1,0 +1,163 @@
+"""Logit filters on plain numpy logits (no model): Whisper's suppression and timestamp rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.engine.logit_filters import (
+    ApplyTimestampRules,
+    RepetitionGuard,
+    SuppressBlank,
+    SuppressTokens,
+    find_loop,
+    log_softmax,
+    logsumexp,
+)
+
+# a toy vocabulary laid out like Whisper's: text < EOT < specials < NO_TS < timestamps
+V = 40
+EOT = 20
+SOT = 21
+NO_TS = 25
+TS = 26  # <|0.00|>; TS + i = i * 0.02 s
+BEGIN = 2  # sample_begin: tokens [SOT, x] are the initial tokens
+
+
+def rules(max_initial: int | None = 5) -> ApplyTimestampRules:
+    return ApplyTimestampRules(
+        eot=EOT,
+        no_timestamps=NO_TS,
+        timestamp_begin=TS,
+        sample_begin=BEGIN,
+        max_initial_timestamp_index=max_initial,
+    )
+
+
+def seq(*sampled: int) -> np.ndarray:
+    return np.asarray([[SOT, 22, *sampled]], dtype=np.int64)
+
+
+def flat(value: float = 0.0, rows: int = 1) -> np.ndarray:
+    return np.full((rows, V), value, dtype=np.float32)
+
+
+def allowed(logits: np.ndarray, row: int = 0) -> set[int]:
+    return set(np.flatnonzero(np.isfinite(logits[row])).tolist())
+
+
+def test_log_softmax_handles_minus_inf():
+    x = np.array([[0.0, -np.inf, np.log(3.0)]], dtype=np.float32)
+    out = log_softmax(x)
+    assert out[0, 1] == -np.inf
+    np.testing.assert_allclose(np.exp(out[0]).sum(), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(np.exp(out[0, 2]), 0.75, rtol=1e-6)
+    assert logsumexp(np.array([-np.inf, -np.inf])) == -np.inf
+    np.testing.assert_allclose(logsumexp(np.log(np.array([1.0, 2.0, 3.0]))), np.log(6.0))
+
+
+def test_suppress_blank_only_at_the_first_sampled_position():
+    f = SuppressBlank([3], EOT, BEGIN)
+    logits = flat()
+    f.apply(logits, seq())
+    assert allowed(logits) == set(range(V)) - {3, EOT}
+    logits = flat()
+    f.apply(logits, seq(5))
+    assert allowed(logits) == set(range(V))
+
+
+def test_suppress_tokens_always():
+    f = SuppressTokens([1, 7, 7, 30])
+    logits = flat(rows=2)
+    f.apply(logits, np.vstack([seq(4), seq(4)]))
+    for row in range(2):
+        assert allowed(logits, row) == set(range(V)) - {1, 7, 30}
+
+
+def test_first_token_is_an_early_timestamp():
+    logits = flat()
+    rules(max_initial=5).apply(logits, seq())
+    assert allowed(logits) == set(range(TS, TS + 6))  # <|0.00|> .. <|0.10|>, never NO_TS
+    logits = flat()
+    rules(max_initial=None).apply(logits, seq())
+    assert allowed(logits) == set(range(TS, V))
+
+
+def test_after_text_and_a_timestamp_only_a_timestamp_or_eot():
+    # <|0.00|> text <|0.06|>: the next token closes the pair (>= <|0.06|>) or ends the text
+    logits = flat()
+    logits[:, :TS] = 10.0  # text and specials likelier than timestamps: no timestamp forcing
+    rules().apply(logits, seq(TS, 4, 5, TS + 3))
+    assert allowed(logits) == {EOT, *range(21, NO_TS), *range(TS + 3, V)}
+
+
+def test_after_a_pair_text_must_follow():
+    logits = flat()
+    rules().apply(logits, seq(TS, 4, TS + 3, TS + 3))
+    got = allowed(logits)
+    assert not got & set(range(TS, V))
+    assert {0, 4, EOT} <= got
+
+
+def test_timestamps_never_go_back_and_segments_are_not_empty():
+    # <|0.00|> text <|0.06|><|0.06|> text: the closing timestamp must be > <|0.06|>
+    logits = flat()
+    rules().apply(logits, seq(TS, 4, TS + 3, TS + 3, 7))
+    got = allowed(logits)
+    assert not got & set(range(TS, TS + 4))
+    assert set(range(TS + 4, V)) <= got
+    # right after the opening timestamp, text (or EOT) must come, no second timestamp
+    logits = flat()
+    rules().apply(logits, seq(TS + 2))
+    assert not allowed(logits) & set(range(TS, V))
+
+
+def test_timestamp_is_forced_when_all_timestamps_beat_every_text_token():
+    logits = flat(-10.0)
+    logits[0, 4] = 0.0  # the best text token
+    logits[0, TS + 10 : TS + 14] = -0.5  # each less likely than token 4, together more likely
+    rules().apply(logits, seq(TS, 4, 5))
+    assert allowed(logits) <= set(range(TS, V))
+    # with a single weaker timestamp, text stays allowed
+    logits = flat(-10.0)
+    logits[0, 4] = 0.0
+    logits[0, TS + 10] = -0.5
+    rules().apply(logits, seq(TS, 4, 5))
+    assert 4 in allowed(logits)
+
+
+def test_rules_apply_per_row():
+    tokens = np.vstack([seq(TS, 4, 4, TS + 3), seq(TS, 4, TS + 3, TS + 3)])
+    logits = flat(rows=2)
+    logits[:, :TS] = 10.0
+    rules().apply(logits, tokens)
+    assert 4 not in allowed(logits, 0) and EOT in allowed(logits, 0)
+    assert 4 in allowed(logits, 1) and not allowed(logits, 1) & set(range(TS, V))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ([1] * 40, (1, 32)),
+        ([9, 8, 7] + [5, 6] * 16, (2, 16)),
+        (list(range(12)) * 3, (12, 3)),
+        ([1] * 31, None),  # too short a run
+        (list(range(30)) * 2, None),  # period above max_period
+        ([5, 6] * 10 + [7], None),  # the loop was broken at the end
+    ],
+)
+def test_find_loop(text, expected):
+    assert find_loop(np.asarray(text), 24, 3, 32) == expected
+
+
+def test_repetition_guard_forces_eot_and_ignores_timestamps():
+    guard = RepetitionGuard(eot=EOT, timestamp_begin=TS, sample_begin=BEGIN)
+    looping = []
+    for i in range(20):  # "<|t|> a b <|t'|>" repeated: the text alone is a loop
+        looping += [TS + 2 * i, 4, 5, TS + 2 * i + 1]
+    varied = np.random.default_rng(0).integers(0, EOT, size=len(looping)).tolist()
+    tokens = np.vstack([seq(*looping), seq(*varied)])
+    logits = flat(rows=2)
+    guard.apply(logits, tokens)
+    assert allowed(logits, 0) == {EOT}
+    assert allowed(logits, 1) == set(range(V))
