@@ -1,0 +1,178 @@
+"""HTTP errors at the edge: every error leaves as OpenAI's `{"error": {message, type, ...}}`.
+
+Domain errors from the service layer are mapped to a status here and nowhere else:
+unknown model 404, bad parameter / validation 400, undecodable audio 415, upload or audio too
+large 413, queue full 429 (+ `Retry-After`), not ready 503, anything unexpected 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.service.pool import PoolClosedError, QueueFullError
+from app.service.registry import (
+    AudioDecodeError,
+    AudioTooLongError,
+    InvalidRequestError,
+    TranscriptionCancelled,
+    UnknownModelError,
+)
+
+log = logging.getLogger(__name__)
+
+INVALID_REQUEST = "invalid_request_error"
+SERVER_ERROR = "server_error"
+
+
+def error_body(
+    message: str, type_: str = INVALID_REQUEST, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error object."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+class APIError(Exception):
+    """An error with its HTTP status and OpenAI fields, raised by routes and dependencies."""
+
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        type_: str = INVALID_REQUEST,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.type = type_
+        self.param = param
+        self.code = code
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status_code, headers=self.headers)
+
+
+class UploadTooLargeError(StarletteHTTPException):
+    """The request body passed the upload limit while it was being read.
+
+    An `HTTPException` so that FastAPI's form parsing lets it through unchanged.
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(413, f"The upload exceeds the limit of {limit_bytes / 2**20:g} MB")
+        self.limit_bytes = limit_bytes
+
+
+def to_api_error(exc: Exception) -> APIError:
+    """Map a domain or framework error to an `APIError` (also used for SSE `error` events)."""
+    match exc:
+        case APIError():
+            return exc
+        case UnknownModelError():
+            return APIError(404, str(exc), param="model", code="model_not_found")
+        case InvalidRequestError():
+            return APIError(400, str(exc), param=exc.param, code="invalid_value")
+        case AudioTooLongError():
+            return APIError(413, f"Audio too long: {exc}", param="file", code="audio_too_long")
+        case AudioDecodeError():
+            return APIError(
+                415, f"Invalid file format: {exc}", param="file", code="unsupported_audio"
+            )
+        case QueueFullError():
+            return APIError(
+                429,
+                str(exc),
+                type_="rate_limit_error",
+                code="queue_full",
+                headers={"Retry-After": str(exc.retry_after_s)},
+            )
+        case PoolClosedError():
+            return APIError(503, str(exc), type_=SERVER_ERROR, code="shutting_down")
+        case TranscriptionCancelled():
+            return APIError(499, "The request was cancelled", code="cancelled")
+        case UploadTooLargeError():
+            return APIError(413, str(exc.detail), param="file", code="upload_too_large")
+        case StarletteHTTPException():
+            return _from_http_exception(exc)
+        case _:
+            return APIError(
+                500, "The server had an error while processing your request", type_=SERVER_ERROR
+            )
+
+
+def _from_http_exception(exc: StarletteHTTPException) -> APIError:
+    code = {404: "not_found", 405: "method_not_allowed", 413: "upload_too_large"}.get(
+        exc.status_code
+    )
+    type_ = SERVER_ERROR if exc.status_code >= 500 else INVALID_REQUEST
+    headers = dict(exc.headers) if exc.headers else None
+    return APIError(exc.status_code, str(exc.detail), type_=type_, code=code, headers=headers)
+
+
+def _validation_error(exc: RequestValidationError) -> APIError:
+    """FastAPI's 422 becomes OpenAI's 400 naming the first offending parameter."""
+    errors = exc.errors()
+    if not errors:
+        return APIError(400, "Invalid request")
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "header", "form")]
+    param = loc[0] if loc else None
+    if first.get("type") == "missing":
+        message = f"Missing required parameter: '{param}'"
+    else:
+        message = f"Invalid value for '{param}': {first.get('msg', 'invalid')}"
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more error(s))"
+    return APIError(400, message, param=param, code="invalid_value")
+
+
+async def _handle_api_error(_request: Request, exc: Exception) -> JSONResponse:
+    return to_api_error(exc).response()
+
+
+async def _handle_validation(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return _validation_error(exc).response()
+
+
+async def _handle_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    error = to_api_error(exc)
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        error.message = f"Unknown request URL: {request.method} {request.url.path}"
+    return error.response()
+
+
+async def _handle_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return to_api_error(exc).response()
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the OpenAI-shaped handlers for every error a request can end in."""
+    app.add_exception_handler(RequestValidationError, _handle_validation)
+    app.add_exception_handler(StarletteHTTPException, _handle_http)
+    for cls in (
+        APIError,
+        UnknownModelError,
+        InvalidRequestError,
+        AudioDecodeError,
+        QueueFullError,
+        PoolClosedError,
+        TranscriptionCancelled,
+    ):
+        app.add_exception_handler(cls, _handle_api_error)
+    app.add_exception_handler(Exception, _handle_unexpected)

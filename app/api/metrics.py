@@ -1,0 +1,158 @@
+"""Prometheus metrics on a per-app `CollectorRegistry` (several apps can live in one process).
+
+Requests by route and status, audio seconds, per-stage latency and real-time-factor histograms,
+time to the first streamed delta, queue depth, running jobs and active streams.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.auth import require_api_key
+from app.api.deps import get_metrics
+from app.service.pool import WorkerPool
+from app.service.registry import TranscriptionResult
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
+
+
+class Metrics:
+    """All metrics of one app; `render()` gives the Prometheus text format."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "stt_http_requests",
+            "HTTP requests by route and status",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.transcriptions = Counter(
+            "stt_transcriptions",
+            "Transcription jobs by model, task and outcome (ok, rejected, error, cancelled)",
+            ["model", "task", "outcome"],
+            registry=r,
+        )
+        self.audio_seconds = Counter(
+            "stt_audio_seconds", "Seconds of audio transcribed", ["model", "task"], registry=r
+        )
+        self.stage_seconds = Histogram(
+            "stt_stage_seconds",
+            "Seconds per stage: queue_wait, decode_audio, mel, encoder, language, decoder, "
+            "search, transcribe (all model work), total (request)",
+            ["stage", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rtf = Histogram(
+            "stt_real_time_factor",
+            "Transcription time / audio duration",
+            ["model"],
+            buckets=RTF_BUCKETS,
+            registry=r,
+        )
+        self.first_delta_seconds = Histogram(
+            "stt_time_to_first_delta_seconds",
+            "Request start to the first streamed text delta",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.active_streams = Gauge(
+            "stt_active_streams", "Open streaming responses (SSE and WebSocket)", registry=r
+        )
+        self.queue_depth = Gauge("stt_queue_depth", "Jobs waiting for a worker thread", registry=r)
+        self.active_jobs = Gauge("stt_active_jobs", "Jobs running on a worker", registry=r)
+        self.workers = Gauge("stt_workers", "Worker threads", registry=r)
+        self.queue_limit = Gauge("stt_queue_limit", "Wait-queue capacity", registry=r)
+        self.model_info = Gauge(
+            "stt_model_info",
+            "Loaded models and their devices (value 1)",
+            ["model", "encoder_device", "decoder_device"],
+            registry=r,
+        )
+
+    def bind_pool(self, pool: WorkerPool) -> None:
+        """Make the queue gauges read the pool when scraped."""
+        self.queue_depth.set_function(lambda: pool.queued)
+        self.active_jobs.set_function(lambda: pool.active)
+        self.workers.set(pool.workers)
+        self.queue_limit.set(pool.max_queue)
+
+    def observe_result(
+        self, model: str, result: TranscriptionResult, queue_wait_s: float, total_s: float
+    ) -> None:
+        self.transcriptions.labels(model, result.task, "ok").inc()
+        self.audio_seconds.labels(model, result.task).inc(result.duration_s)
+        for stage, seconds in result.timings.items():
+            self.stage_seconds.labels(stage, model).observe(seconds)
+        self.stage_seconds.labels("queue_wait", model).observe(queue_wait_s)
+        self.stage_seconds.labels("total", model).observe(total_s)
+        if result.duration_s > 0:
+            self.rtf.labels(model).observe(result.rtf)
+
+    def observe_failure(self, model: str, task: str, outcome: str) -> None:
+        self.transcriptions.labels(model, task, outcome).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RequestMetricsMiddleware:
+    """Counts every HTTP response by method, route template and status."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
+
+
+class Stopwatch:
+    """Monotonic seconds since creation."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __call__(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+router = APIRouter(tags=["metrics"], dependencies=[Depends(require_api_key)])
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics_endpoint(metrics: Annotated[Metrics, Depends(get_metrics)]) -> Response:
+    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

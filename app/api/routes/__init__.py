@@ -1,0 +1,1 @@
+"""HTTP routers: audio (transcriptions, translations), models, health (metrics: app.api.metrics)."""

@@ -1,0 +1,355 @@
+"""`POST /v1/audio/transcriptions` and `/v1/audio/translations` (OpenAI-compatible, multipart).
+
+The upload is decoded and transcribed on a worker thread. With `stream=true` the answer is
+Server-Sent Events: one `transcript.text.delta` per decoded token as the worker produces it
+(the worker's `on_delta` callback hops onto the event loop through `call_soon_threadsafe`),
+then `transcript.text.done`; a failure after the stream started is an `error` event.
+A client that disconnects cancels its job (queued: dropped; running: stopped between steps).
+Streams decode greedily unless the request sets `beam_size`: with beams, text is final only when
+all beams agree, which on short clips is the end of the decode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable
+from concurrent.futures import Future
+from typing import Annotated, Literal, TypeVar
+
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel
+
+from app.api.auth import require_api_key
+from app.api.deps import get_metrics, get_pool, get_registry, get_settings
+from app.api.errors import APIError, UploadTooLargeError, to_api_error
+from app.api.metrics import Metrics, Stopwatch
+from app.api.schemas import (
+    ERROR_RESPONSES,
+    ErrorEvent,
+    ErrorObject,
+    ResponseFormat,
+    TextDeltaEvent,
+    TextDoneEvent,
+    TimestampGranularity,
+    TranscriptionJSON,
+    TranscriptionVerboseJSON,
+)
+from app.config import Settings
+from app.service import formats
+from app.service.pool import WorkerPool
+from app.service.registry import (
+    LoadedModel,
+    ModelRegistry,
+    TranscriptionJob,
+    TranscriptionResult,
+)
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/audio", tags=["audio"], dependencies=[Depends(require_api_key)])
+
+Task = Literal["transcribe", "translate"]
+T = TypeVar("T")
+STREAM_DEFAULT_BEAM_SIZE = 1  # stream=true without beam_size decodes greedily, for latency
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+_RESPONSES: dict[int | str, dict[str, object]] = {
+    200: {
+        "description": "json / verbose_json as JSON; text, srt and vtt as text/plain; "
+        "with stream=true, text/event-stream",
+        "content": {
+            "application/json": {},
+            "text/plain": {},
+            "text/event-stream": {},
+        },
+    },
+    **ERROR_RESPONSES,
+}
+
+
+class _Disconnected(Exception):
+    """The client went away before its answer was ready."""
+
+
+# ---- endpoints --------------------------------------------------------------------------------
+@router.post("/transcriptions", response_model=None, responses=_RESPONSES)
+async def create_transcription(
+    request: Request,
+    file: Annotated[UploadFile, File(description="Audio file: wav, flac, mp3, ogg, ...")],
+    registry: Annotated[ModelRegistry, Depends(get_registry)],
+    pool: Annotated[WorkerPool, Depends(get_pool)],
+    settings: Annotated[Settings, Depends(get_settings)],
+    metrics: Annotated[Metrics, Depends(get_metrics)],
+    model: Annotated[str | None, Form(description="Model name; default STT_DEFAULT_MODEL")] = None,
+    language: Annotated[str | None, Form(description="ISO-639-1 code; default: detect")] = None,
+    prompt: Annotated[str | None, Form()] = None,
+    response_format: Annotated[ResponseFormat, Form()] = "json",
+    temperature: Annotated[float | None, Form(ge=0.0, le=1.0)] = None,
+    timestamp_granularities: Annotated[
+        list[TimestampGranularity] | None, Form(alias="timestamp_granularities[]")
+    ] = None,
+    stream: Annotated[bool, Form()] = False,
+    beam_size: Annotated[int | None, Form(ge=1, le=16, description="Extra: beam width")] = None,
+    vad_filter: Annotated[bool, Form(description="Extra: skip silence with VAD")] = False,
+) -> Response:
+    """Transcribe audio into the input language."""
+    return await _handle(
+        request, registry, pool, settings, metrics, file,
+        task="transcribe", model=model, language=language, prompt=prompt,
+        response_format=response_format, temperature=temperature,
+        timestamp_granularities=timestamp_granularities, stream=stream,
+        beam_size=beam_size, vad_filter=vad_filter,
+    )  # fmt: skip
+
+
+@router.post("/translations", response_model=None, responses=_RESPONSES)
+async def create_translation(
+    request: Request,
+    file: Annotated[UploadFile, File(description="Audio file: wav, flac, mp3, ogg, ...")],
+    registry: Annotated[ModelRegistry, Depends(get_registry)],
+    pool: Annotated[WorkerPool, Depends(get_pool)],
+    settings: Annotated[Settings, Depends(get_settings)],
+    metrics: Annotated[Metrics, Depends(get_metrics)],
+    model: Annotated[str | None, Form(description="Model name; default STT_DEFAULT_MODEL")] = None,
+    prompt: Annotated[str | None, Form()] = None,
+    response_format: Annotated[ResponseFormat, Form()] = "json",
+    temperature: Annotated[float | None, Form(ge=0.0, le=1.0)] = None,
+    stream: Annotated[bool, Form(description="Extra: stream as SSE")] = False,
+    beam_size: Annotated[int | None, Form(ge=1, le=16, description="Extra: beam width")] = None,
+    vad_filter: Annotated[bool, Form(description="Extra: skip silence with VAD")] = False,
+) -> Response:
+    """Translate audio into English."""
+    return await _handle(
+        request, registry, pool, settings, metrics, file,
+        task="translate", model=model, language=None, prompt=prompt,
+        response_format=response_format, temperature=temperature,
+        timestamp_granularities=None, stream=stream, beam_size=beam_size, vad_filter=vad_filter,
+    )  # fmt: skip
+
+
+# ---- shared path ------------------------------------------------------------------------------
+async def _handle(
+    request: Request,
+    registry: ModelRegistry,
+    pool: WorkerPool,
+    settings: Settings,
+    metrics: Metrics,
+    file: UploadFile,
+    *,
+    task: Task,
+    model: str | None,
+    language: str | None,
+    prompt: str | None,
+    response_format: ResponseFormat,
+    temperature: float | None,
+    timestamp_granularities: list[TimestampGranularity] | None,
+    stream: bool,
+    beam_size: int | None,
+    vad_filter: bool,
+) -> Response:
+    clock = Stopwatch()
+    loaded = registry.get(model)
+    if timestamp_granularities and "word" in timestamp_granularities:
+        raise APIError(
+            400,
+            "Word-level timestamps are not supported by this server; use 'segment'",
+            param="timestamp_granularities[]",
+            code="unsupported_value",
+        )
+    data = await _read_upload(file, settings.max_upload_bytes)
+    if stream and beam_size is None:
+        # Beam search can only release a token once every beam agrees on it (often at the end of
+        # the window); greedy decoding releases text as soon as each segment closes.
+        beam_size = STREAM_DEFAULT_BEAM_SIZE
+    job = TranscriptionJob(
+        audio=data,
+        task=task,
+        language=language or None,
+        prompt=prompt or None,
+        temperature=temperature,
+        beam_size=beam_size,
+        vad_filter=vad_filter,
+        max_audio_s=settings.max_audio_s,
+    )
+    loaded.options_for(job)  # validate parameters now: a 400 rather than a failed job
+    if stream:
+        return await _stream(request, loaded, job, pool, metrics, clock)
+
+    cancel = threading.Event()
+    queued_at = Stopwatch()
+    started: list[float] = []
+
+    def work() -> TranscriptionResult:
+        started.append(queued_at())
+        return loaded.transcribe(job, cancel=cancel)
+
+    try:
+        result = await _until_disconnect(request, pool.run(work, cancel))
+    except _Disconnected:
+        log.info("client disconnected; %s job on %s cancelled", task, loaded.name)
+        metrics.observe_failure(loaded.name, task, "cancelled")
+        return Response(status_code=499)
+    except Exception as e:
+        metrics.observe_failure(loaded.name, task, _outcome(e))
+        raise
+    metrics.observe_result(loaded.name, result, started[0] if started else 0.0, clock())
+    return _format(result, response_format)
+
+
+def _outcome(error: Exception) -> str:
+    """Metrics label of a failed job: "rejected" (the client's fault, 4xx) or "error" (5xx)."""
+    return "rejected" if to_api_error(error).status_code < 500 else "error"
+
+
+async def _read_upload(file: UploadFile, limit_bytes: int) -> bytes:
+    """The uploaded bytes, refusing more than `limit_bytes` (the body limit has overhead)."""
+    if file.size is not None and file.size > limit_bytes:
+        raise UploadTooLargeError(limit_bytes)
+    data = await file.read(limit_bytes + 1)
+    if len(data) > limit_bytes:
+        raise UploadTooLargeError(limit_bytes)
+    if not data:
+        raise APIError(400, "The uploaded file is empty", param="file", code="empty_file")
+    return data
+
+
+async def _until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
+    """Await `awaitable`; if the client disconnects first, cancel it and raise `_Disconnected`.
+
+    Cancelling `pool.run(...)` drops a waiting job or sets the running job's cancel event.
+    """
+    task = asyncio.ensure_future(awaitable)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        watcher.cancel()
+        raise
+    if task.done():
+        watcher.cancel()
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    raise _Disconnected
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    """Return when the client closes the connection (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _format(result: TranscriptionResult, response_format: ResponseFormat) -> Response:
+    match response_format:
+        case "json":
+            return JSONResponse(TranscriptionJSON(text=result.text).model_dump())
+        case "verbose_json":
+            return JSONResponse(TranscriptionVerboseJSON.from_result(result).model_dump())
+        case "text":
+            return PlainTextResponse(result.text + "\n")
+        case "srt":
+            return PlainTextResponse(formats.to_srt(result.segments))
+        case "vtt":
+            return PlainTextResponse(formats.to_vtt(result.segments))
+
+
+# ---- SSE ----------------------------------------------------------------------------------------
+def _sse(event: BaseModel) -> bytes:
+    return f"data: {event.model_dump_json()}\n\n".encode()
+
+
+async def _stream(
+    request: Request,
+    loaded: LoadedModel,
+    job: TranscriptionJob,
+    pool: WorkerPool,
+    metrics: Metrics,
+    clock: Stopwatch,
+) -> Response:
+    """Stream the job's tokens as SSE.
+
+    The job is submitted first, so a full queue is still a plain 429, and the response starts
+    only once the upload has decoded, so bad audio is still a plain 415/413. After that, errors
+    become an `error` event. Closing the connection cancels the job.
+    """
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[tuple[str, str | None]] = asyncio.Queue()
+    cancel = threading.Event()
+    queued_at = Stopwatch()
+    started: list[float] = []
+
+    def post(kind: str, payload: str | None) -> None:
+        with contextlib.suppress(RuntimeError):  # loop closed at shutdown
+            loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
+
+    def work() -> TranscriptionResult:
+        started.append(queued_at())
+        return loaded.transcribe(
+            job,
+            on_delta=lambda text: post("delta", text),
+            cancel=cancel,
+            on_audio=lambda _duration: post("audio", None),
+        )
+
+    future: Future[TranscriptionResult] = pool.submit(work)  # QueueFullError -> 429
+    future.add_done_callback(lambda _f: post("end", None))
+
+    try:
+        kind, _ = await _until_disconnect(request, events.get())
+    except (_Disconnected, asyncio.CancelledError) as e:
+        cancel.set()
+        future.cancel()
+        metrics.observe_failure(loaded.name, job.task, "cancelled")
+        log.info("stream client disconnected while queued; job on %s cancelled", loaded.name)
+        if isinstance(e, asyncio.CancelledError):
+            raise
+        return Response(status_code=499)
+    if kind == "end":  # failed before any audio was decoded: a plain HTTP error
+        try:
+            future.result()
+        except Exception as e:
+            metrics.observe_failure(loaded.name, job.task, _outcome(e))
+            raise
+        raise RuntimeError("transcription ended without decoding audio")  # not reached
+
+    async def body() -> AsyncIterator[bytes]:
+        metrics.active_streams.inc()
+        first = True
+        try:
+            while True:
+                kind, text = await events.get()
+                if kind == "end":
+                    break
+                if kind == "delta" and text:
+                    if first:
+                        metrics.first_delta_seconds.labels(loaded.name).observe(clock())
+                        first = False
+                    yield _sse(TextDeltaEvent(delta=text))
+            try:
+                result = future.result()
+            except Exception as e:
+                error = to_api_error(e)
+                if error.status_code >= 500:
+                    log.error("stream on %s failed", loaded.name, exc_info=e)
+                metrics.observe_failure(loaded.name, job.task, _outcome(e))
+                yield _sse(ErrorEvent(error=ErrorObject(**error.body()["error"])))
+                return
+            metrics.observe_result(loaded.name, result, started[0] if started else 0.0, clock())
+            yield _sse(TextDoneEvent(text=result.text))
+        finally:
+            metrics.active_streams.dec()
+            if not future.done():  # the client went away mid-stream
+                cancel.set()
+                future.cancel()
+                metrics.observe_failure(loaded.name, job.task, "cancelled")
+                log.info("stream client disconnected; job on %s cancelled", loaded.name)
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)

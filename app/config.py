@@ -1,0 +1,132 @@
+"""Service settings: one pydantic-settings object, read from `STT_*` environment variables.
+
+Only `app.main` and `app.api.deps` read it; everything below the API receives plain values.
+List settings (`STT_MODELS`, `STT_CORS_ORIGINS`) are comma-separated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Device = Literal["AUTO", "NPU", "GPU", "CPU"]
+
+
+def _split_csv(value: object) -> object:
+    """`"a, b,,c"` -> `["a", "b", "c"]`; lists pass through."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _upper_or_none(value: object) -> object:
+    if isinstance(value, str):
+        value = value.strip().upper()
+        return value or None
+    return value
+
+
+class Settings(BaseSettings):
+    """Everything the service can be told through the environment (prefix `STT_`)."""
+
+    model_config = SettingsConfigDict(env_prefix="STT_", extra="ignore", frozen=True)
+
+    models: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["base"],
+        description="Model folder names under MODELS_DIR to load at start (comma list).",
+    )
+    default_model: str | None = Field(
+        default=None, description="Model used when a request names none; default: first of MODELS."
+    )
+    models_dir: Path = Field(
+        default=Path("models"), description="Folder holding the model folders."
+    )
+    ep: Literal["openvino", "cpu"] = Field(default="openvino", description="Execution provider.")
+    device: Device = Field(default="AUTO", description="OpenVINO device for both stages.")
+    encoder_device: Device | None = Field(default=None, description="Overrides DEVICE for encoder.")
+    decoder_device: Device | None = Field(default=None, description="Overrides DEVICE for decoder.")
+    kv_cache: Literal["concat", "static"] = Field(
+        default="concat", description="Self-attention cache: growing (concat) or fixed buffer."
+    )
+    threads: int = Field(default=0, ge=0, description="Inference threads per session; 0 = auto.")
+    workers: int = Field(default=1, ge=1, description="Transcriptions running at the same time.")
+    max_queue: int = Field(default=8, ge=0, description="Requests waiting for a worker; then 429.")
+    max_upload_mb: float = Field(default=25.0, gt=0, description="Largest accepted upload (MiB).")
+    max_audio_s: float = Field(
+        default=3600.0, gt=0, description="Longest accepted audio (seconds)."
+    )
+    api_key: SecretStr | None = Field(
+        default=None, description="If set, `Authorization: Bearer <key>` is required (not /health)."
+    )
+    ov_cache_dir: Path | None = Field(default=None, description="OpenVINO compiled-model cache.")
+    host: str = Field(default="0.0.0.0", description="Bind address (for launchers).")
+    port: int = Field(default=8000, ge=0, le=65535, description="Bind port (for launchers).")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Allowed CORS origins (comma list); empty = CORS off."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    stream_step_s: float = Field(
+        default=1.0, ge=0.1, le=10.0, description="Live streams: new audio (s) between passes."
+    )
+    stream_max_session_s: float = Field(
+        default=3600.0, gt=0, description="Live streams: longest session (s of audio)."
+    )
+    stream_idle_timeout_s: float = Field(
+        default=30.0, gt=0, description="Live streams: close after this long without a message."
+    )
+    stream_max_buffered_s: float = Field(
+        default=60.0, gt=0, description="Live streams: most audio (s) waiting to be transcribed."
+    )
+    stream_max_frame_kb: int = Field(
+        default=1024, ge=1, description="Live streams: largest accepted message (KiB)."
+    )
+    stream_max_sessions: int = Field(
+        default=16, ge=1, description="Live streams open at the same time."
+    )
+
+    _split_lists = field_validator("models", "cors_origins", mode="before")(_split_csv)
+    _upper_devices = field_validator("device", "encoder_device", "decoder_device", mode="before")(
+        _upper_or_none
+    )
+
+    @field_validator("ep", "kv_cache", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("api_key", "ov_cache_dir", "default_model", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _check_models(self) -> Settings:
+        if not self.models:
+            raise ValueError("STT_MODELS must name at least one model")
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"STT_MODELS has duplicates: {self.models}")
+        if self.default_model is None:
+            object.__setattr__(self, "default_model", self.models[0])
+        elif self.default_model not in self.models:
+            raise ValueError(
+                f"STT_DEFAULT_MODEL={self.default_model!r} is not one of STT_MODELS={self.models}"
+            )
+        return self
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def resolved_default_model(self) -> str:
+        """DEFAULT_MODEL, always set after validation."""
+        assert self.default_model is not None
+        return self.default_model

@@ -1,0 +1,159 @@
+"""The app factory: `uvicorn --factory app.main:create_app`.
+
+Start-up checks that every configured model folder exists (a missing one stops the server with
+a clear message), then loads and warms the models on a background thread: `/health` answers 503
+until they are ready (or with the error if loading failed), then 200 with models and devices.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from app.api import metrics as metrics_api
+from app.api import stream as stream_api
+from app.api.deps import Readiness
+from app.api.errors import install_error_handlers
+from app.api.limits import UploadLimitMiddleware
+from app.api.metrics import Metrics, RequestMetricsMiddleware
+from app.api.routes import audio, health, models
+from app.config import Settings
+from app.runtime.sessions import RuntimeOptions
+from app.service.pool import WorkerPool
+from app.service.registry import ModelLoadError, ModelRegistry
+from app.service.transcriber import TranscriptionOptions
+
+log = logging.getLogger(__name__)
+
+OPENAI_MODEL_ALIASES = ("whisper-1",)  # names OpenAI clients send by default -> default model
+UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
+
+
+def configure_logging(level: str) -> None:
+    """Log `app.*` at `level` to stderr (uvicorn configures its own loggers)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    if root.level > logging.WARNING or root.level == logging.NOTSET:
+        root.setLevel(logging.WARNING)
+    logging.getLogger("app").setLevel(level)
+
+
+def build_registry(settings: Settings) -> ModelRegistry:
+    """A registry for the configured models (nothing is loaded yet)."""
+    runtime = RuntimeOptions(
+        ep=settings.ep,
+        device=settings.device,
+        encoder_device=settings.encoder_device,
+        decoder_device=settings.decoder_device,
+        threads=settings.threads,
+        cache_dir=settings.ov_cache_dir,
+    )
+    default = settings.resolved_default_model
+    aliases = {a: default for a in OPENAI_MODEL_ALIASES if a not in settings.models}
+    return ModelRegistry(
+        models_dir=settings.models_dir,
+        names=settings.models,
+        default_model=default,
+        runtime=runtime,
+        base_options=TranscriptionOptions(kv_cache=settings.kv_cache),
+        aliases=aliases,
+    )
+
+
+def _load_models(registry: ModelRegistry, readiness: Readiness, metrics: Metrics) -> None:
+    """Loader thread body: load + warm every model, then flip readiness."""
+    t0 = time.perf_counter()
+    try:
+        registry.load(warm_up=True)
+    except Exception as e:
+        message = str(e) if isinstance(e, ModelLoadError) else f"{type(e).__name__}: {e}"
+        log.error("model loading failed, the server cannot transcribe: %s", message, exc_info=e)
+        readiness.finish(message, time.time())
+        return
+    for info in registry.infos():
+        metrics.model_info.labels(
+            info.name, info.devices.get("encoder", "?"), info.devices.get("decoder", "?")
+        ).set(1)
+    log.info("ready: %s in %.2f s", ", ".join(registry.loaded), time.perf_counter() - t0)
+    readiness.finish(None, time.time())
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    registry: ModelRegistry = app.state.registry
+    try:
+        registry.resolve_folders()
+    except ModelLoadError as e:
+        log.error("cannot start: %s", e)
+        raise
+    loader = threading.Thread(
+        target=_load_models,
+        args=(registry, app.state.readiness, app.state.metrics),
+        name="stt-loader",
+        daemon=True,
+    )
+    loader.start()
+    try:
+        yield
+    finally:
+        app.state.pool.shutdown(wait=False)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the FastAPI app; heavy work (model loading) happens in the lifespan."""
+    settings = settings or Settings()
+    configure_logging(settings.log_level)
+
+    app = FastAPI(
+        title="stt-openvino",
+        summary="Whisper speech-to-text, OpenAI-compatible, on OpenVINO",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    metrics = Metrics()
+    pool = WorkerPool(settings.workers, settings.max_queue)
+    metrics.bind_pool(pool)
+    app.state.settings = settings
+    app.state.readiness = Readiness()
+    app.state.metrics = metrics
+    app.state.pool = pool
+    app.state.registry = build_registry(settings)
+
+    install_error_handlers(app)
+    app.add_middleware(
+        UploadLimitMiddleware, limit_bytes=settings.max_upload_bytes, paths=UPLOAD_PATHS
+    )
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+
+    app.include_router(health.router)
+    app.include_router(models.router)
+    app.include_router(audio.router)
+    app.include_router(metrics_api.router)
+    app.include_router(stream_api.router)  # WebSocket /v1/audio/stream + page at /
+    log.info(
+        "app created: models %s (default %s) from %s, %s/%s, %d worker(s), queue %d",
+        ",".join(settings.models),
+        settings.resolved_default_model,
+        settings.models_dir,
+        settings.ep,
+        settings.device,
+        settings.workers,
+        settings.max_queue,
+    )
+    return app

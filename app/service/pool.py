@@ -1,0 +1,144 @@
+"""Bounded worker pool: blocking transcriptions run on threads, never on the event loop.
+
+`workers` jobs run at once; up to `max_queue` more wait for a thread. Beyond that `submit` raises
+`QueueFullError` (the API answers 429 with `Retry-After`). A job that is still waiting when its
+client goes away is dropped; a running one is stopped through the `threading.Event` its function
+was given (the transcriber checks it between decoder steps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class QueueFullError(RuntimeError):
+    """All workers are busy and the wait queue is full."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class PoolClosedError(RuntimeError):
+    """The pool is shutting down and accepts no more jobs."""
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    workers: int
+    max_queue: int
+    active: int  # jobs running on a worker thread
+    queued: int  # jobs accepted and waiting for a thread
+
+
+class WorkerPool:
+    """`workers` threads plus a wait queue of at most `max_queue` jobs."""
+
+    def __init__(self, workers: int, max_queue: int, *, name: str = "stt-worker") -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        self.workers = workers
+        self.max_queue = max_queue
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._lock = threading.Lock()
+        self._pending = 0  # accepted and not finished (running + waiting)
+        self._active = 0
+        self._closed = False
+        self._mean_job_s = 2.0  # running mean of job durations, for Retry-After
+
+    # ---- gauges -----------------------------------------------------------------------------
+    @property
+    def active(self) -> int:
+        return self._active
+
+    @property
+    def queued(self) -> int:
+        with self._lock:
+            return self._pending - self._active
+
+    def stats(self) -> PoolStats:
+        with self._lock:
+            return PoolStats(
+                self.workers, self.max_queue, self._active, self._pending - self._active
+            )
+
+    # ---- jobs -------------------------------------------------------------------------------
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Accept `fn` or raise `QueueFullError`; the returned future resolves on a worker."""
+        with self._lock:
+            if self._closed:
+                raise PoolClosedError("the server is shutting down")
+            if self._pending >= self.workers + self.max_queue:
+                retry = self._retry_after_locked()
+                raise QueueFullError(
+                    f"server busy: {self._active} transcriptions running and "
+                    f"{self._pending - self._active} waiting (limit {self.max_queue}); "
+                    f"retry in {retry} s",
+                    retry_after_s=retry,
+                )
+            self._pending += 1
+        try:
+            future = self._executor.submit(self._run, fn)
+        except RuntimeError as e:  # executor shut down between the check and here
+            with self._lock:
+                self._pending -= 1
+            raise PoolClosedError("the server is shutting down") from e
+        future.add_done_callback(self._finished)
+        return future
+
+    async def run(self, fn: Callable[[], T], cancel: threading.Event | None = None) -> T:
+        """Submit `fn` and await it without blocking the loop.
+
+        If the awaiting task is cancelled (client gone), a waiting job is dropped and a running
+        one is told to stop through `cancel`.
+        """
+        future = self.submit(fn)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if cancel is not None:
+                cancel.set()
+            future.cancel()
+            raise
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        """Refuse new jobs, drop waiting ones, optionally wait for running ones."""
+        with self._lock:
+            self._closed = True
+        self._executor.shutdown(wait=wait, cancel_futures=True)
+
+    # ---- internals --------------------------------------------------------------------------
+    def _run(self, fn: Callable[[], T]) -> T:
+        with self._lock:
+            self._active += 1
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            elapsed = time.perf_counter() - t0
+            with self._lock:
+                self._active -= 1
+                self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * elapsed
+
+    def _finished(self, _future: Future) -> None:
+        with self._lock:
+            self._pending -= 1
+
+    def _retry_after_locked(self) -> int:
+        """Seconds until a slot is likely free: queue length x mean job time / workers."""
+        waits = (self._pending - self.workers + 1) / self.workers
+        return max(1, min(120, math.ceil(max(waits, 1.0) * self._mean_job_s)))

@@ -1,0 +1,370 @@
+"""Model registry: the loaded models, each with its sessions, tokenizer and transcriber.
+
+Model names are looked up in a listing of the models folder made at start-up; a name from a
+request is only ever used as a key into the loaded set, never joined into a path.
+`LoadedModel.transcribe` is the blocking job the worker pool runs for one request: decode the
+upload, check its length, transcribe, collect the segments and the timings.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from app.engine.audio import AudioDecodeError, AudioTooLongError, decode_audio
+from app.engine.languages import LANGUAGES
+from app.engine.tokenizer import Tokenizer
+from app.runtime.contract import MODEL_FILES, SAMPLE_RATE
+from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.service.transcriber import (
+    Segment,
+    Transcriber,
+    TranscriptionCancelled,
+    TranscriptionInfo,
+    TranscriptionOptions,
+)
+
+__all__ = [
+    "AudioDecodeError",
+    "AudioTooLongError",
+    "InvalidRequestError",
+    "LoadedModel",
+    "ModelInfo",
+    "ModelLoadError",
+    "ModelRegistry",
+    "TranscriptionCancelled",
+    "TranscriptionJob",
+    "TranscriptionResult",
+    "UnknownModelError",
+]
+
+log = logging.getLogger(__name__)
+
+WARMUP_SECONDS = 1.0
+Task = Literal["transcribe", "translate"]
+_LANGUAGE_BY_NAME = {name: code for code, name in LANGUAGES.items()}
+
+
+class ModelLoadError(RuntimeError):
+    """A configured model could not be found, loaded or warmed up."""
+
+
+class UnknownModelError(LookupError):
+    """A request named a model that is not loaded."""
+
+    def __init__(self, name: str, loaded: Sequence[str]) -> None:
+        super().__init__(
+            f"The model '{name}' does not exist or is not loaded on this server; "
+            f"loaded models: {', '.join(loaded)}"
+        )
+        self.name = name
+
+
+class InvalidRequestError(ValueError):
+    """A request parameter has a value the service cannot use; `param` names it."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What /health and /v1/models report about a loaded model."""
+
+    name: str
+    multilingual: bool
+    devices: dict[str, str]  # {"encoder": "CPU", "decoder": "CPU"}
+    load_s: float
+    warmup_s: float
+    created: int  # unix time the folder was built (manifest mtime)
+
+
+@dataclass(frozen=True)
+class TranscriptionJob:
+    """One request's work: the raw upload and what the client asked for."""
+
+    audio: bytes  # the uploaded file, any supported container
+    task: Task = "transcribe"
+    language: str | None = None  # ISO-639-1 code or English name; None = detect
+    prompt: str | None = None
+    temperature: float | None = None  # None or 0 = fallback schedule; > 0 = that temperature only
+    beam_size: int | None = None  # None = the transcriber's default
+    vad_filter: bool = False
+    max_audio_s: float | None = None  # longer uploads raise AudioTooLongError
+
+
+@dataclass(frozen=True)
+class TranscriptionResult:
+    """All segments of one transcription plus timings (seconds)."""
+
+    segments: list[Segment]
+    info: TranscriptionInfo
+    text: str
+    language: str  # ISO-639-1 code
+    language_name: str  # Whisper's English name ("english"), as OpenAI's verbose_json reports
+    duration_s: float  # audio length
+    task: Task
+    # seconds per stage: decode_audio, mel, encoder, language, decoder, search, transcribe (all)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rtf(self) -> float:
+        """Real-time factor of the transcription stage (processing time / audio time)."""
+        return self.timings.get("transcribe", 0.0) / self.duration_s if self.duration_s else 0.0
+
+
+def language_code(language: str | None) -> str | None:
+    """Normalise "en" / "EN" / "english" to "en"; None stays None; unknown raises."""
+    if language is None or not language.strip():
+        return None
+    key = language.strip().lower()
+    if key in LANGUAGES:
+        return key
+    if key in _LANGUAGE_BY_NAME:
+        return _LANGUAGE_BY_NAME[key]
+    raise InvalidRequestError(
+        f"Unsupported language '{language}': use an ISO-639-1 code such as 'en' or 'de'",
+        param="language",
+    )
+
+
+class LoadedModel:
+    """One model folder ready to transcribe: sessions, tokenizer, transcriber."""
+
+    def __init__(
+        self,
+        name: str,
+        sessions: WhisperSessions,
+        tokenizer: Tokenizer,
+        base_options: TranscriptionOptions,
+        load_s: float,
+        created: int,
+    ) -> None:
+        self.name = name
+        self.sessions = sessions
+        self.tokenizer = tokenizer
+        self.transcriber = Transcriber(sessions, tokenizer)
+        self.base_options = base_options
+        self.multilingual = bool(sessions.manifest.multilingual)
+        self._load_s = load_s
+        self._warmup_s = 0.0
+        self._created = created
+
+    @property
+    def info(self) -> ModelInfo:
+        return ModelInfo(
+            name=self.name,
+            multilingual=self.multilingual,
+            devices=dict(self.sessions.devices),
+            load_s=round(self._load_s, 3),
+            warmup_s=round(self._warmup_s, 3),
+            created=self._created,
+        )
+
+    def options_for(self, job: TranscriptionJob) -> TranscriptionOptions:
+        """The transcriber options for a job (validated; raises `InvalidRequestError`)."""
+        language = language_code(job.language)
+        task = job.task
+        if not self.multilingual:
+            if language not in (None, "en"):
+                raise InvalidRequestError(
+                    f"The model '{self.name}' is English-only; it cannot transcribe "
+                    f"language '{language}'",
+                    param="language",
+                )
+            # An English-only model's output is English already: translation = transcription.
+            language, task = "en", "transcribe"
+        changes: dict[str, object] = {"language": language, "task": task}
+        if job.prompt:
+            changes["initial_prompt"] = job.prompt
+        if job.temperature is not None:
+            if not 0.0 <= job.temperature <= 1.0:
+                raise InvalidRequestError(
+                    f"temperature must be between 0 and 1, got {job.temperature}",
+                    param="temperature",
+                )
+            if job.temperature > 0.0:
+                changes["temperature"] = (job.temperature,)
+        if job.beam_size is not None:
+            if not 1 <= job.beam_size <= 16:
+                raise InvalidRequestError(
+                    f"beam_size must be between 1 and 16, got {job.beam_size}", param="beam_size"
+                )
+            changes["beam_size"] = job.beam_size
+        if job.vad_filter:
+            changes["vad_filter"] = True
+        try:
+            return replace(self.base_options, **changes)
+        except ValueError as e:  # the options dataclass validates itself
+            raise InvalidRequestError(str(e)) from e
+
+    def transcribe(
+        self,
+        job: TranscriptionJob,
+        on_delta: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+        on_audio: Callable[[float], None] | None = None,
+    ) -> TranscriptionResult:
+        """Decode, check and transcribe one upload (blocking; run it on a worker thread).
+
+        `on_audio(duration_s)` is called once the upload decoded fine, before transcription
+        starts; `on_delta(text)` for every decoded token. Raises `InvalidRequestError`,
+        `AudioDecodeError` (incl. `AudioTooLongError`) or `TranscriptionCancelled` when `cancel`
+        is set.
+        """
+        options = self.options_for(job)
+        if cancel is not None and cancel.is_set():
+            raise TranscriptionCancelled("cancelled before start")
+        t0 = time.perf_counter()
+        audio = decode_audio(job.audio, SAMPLE_RATE, max_duration_s=job.max_audio_s)  # f32 [N]
+        t1 = time.perf_counter()
+        if on_audio is not None:
+            on_audio(audio.shape[0] / SAMPLE_RATE)
+        segments, info = self.transcriber.transcribe(
+            audio, options, on_delta=on_delta, cancel=cancel
+        )
+        collected = list(segments)
+        t2 = time.perf_counter()
+        duration = audio.shape[0] / SAMPLE_RATE
+        language = info.language or (options.language or "en")
+        result = TranscriptionResult(
+            segments=collected,
+            info=info,
+            text="".join(s.text for s in collected).strip(),
+            language=language,
+            language_name=LANGUAGES.get(language, language),
+            duration_s=duration,
+            task=job.task,
+            timings={
+                "decode_audio": t1 - t0,
+                "mel": info.stats.mel_s,
+                "encoder": info.stats.encoder_s,
+                "language": info.stats.language_s,
+                "decoder": info.stats.prefill_s + info.stats.decoder_s,
+                "search": info.stats.search_s,
+                "transcribe": t2 - t1,
+            },
+        )
+        log.info(
+            "%s %s: %.2f s audio, decode %.1f ms, transcribe %.3f s (RTF %.3f), %d segments",
+            self.name,
+            job.task,
+            duration,
+            (t1 - t0) * 1e3,
+            t2 - t1,
+            result.rtf,
+            len(collected),
+        )
+        return result
+
+    def warm_up(self) -> float:
+        """Transcribe 1 s of faint noise once so the first request pays no compile cost."""
+        t0 = time.perf_counter()
+        rng = np.random.default_rng(0)
+        noise = (rng.standard_normal(int(WARMUP_SECONDS * SAMPLE_RATE)) * 1e-3).astype(np.float32)
+        segments, _ = self.transcriber.transcribe(noise, self.base_options)
+        for _ in segments:
+            pass
+        self._warmup_s = time.perf_counter() - t0
+        return self._warmup_s
+
+
+def list_model_folders(models_dir: Path) -> dict[str, Path]:
+    """Name -> folder for every complete model folder (all contract files present)."""
+    if not models_dir.is_dir():
+        return {}
+    return {
+        p.name: p
+        for p in sorted(models_dir.iterdir())
+        if p.is_dir() and all((p / f).is_file() for f in MODEL_FILES)
+    }
+
+
+class ModelRegistry:
+    """The models named in settings, loaded from the models folder; lookup by name only."""
+
+    def __init__(
+        self,
+        models_dir: Path,
+        names: Sequence[str],
+        default_model: str,
+        runtime: RuntimeOptions,
+        base_options: TranscriptionOptions | None = None,
+        aliases: dict[str, str] | None = None,
+    ) -> None:
+        if default_model not in names:
+            raise ValueError(f"default model {default_model!r} is not one of {list(names)}")
+        self.models_dir = models_dir
+        self.names = tuple(names)
+        self.default_model = default_model
+        self.runtime = runtime
+        self.base_options = base_options or TranscriptionOptions()
+        self.aliases = dict(aliases or {})
+        self._models: dict[str, LoadedModel] = {}
+        self._folders: dict[str, Path] = {}
+
+    def resolve_folders(self) -> dict[str, Path]:
+        """Find every configured model in the folder listing; a clear error if one is missing."""
+        listing = list_model_folders(self.models_dir)
+        missing = [n for n in self.names if n not in listing]
+        if missing:
+            available = ", ".join(listing) or "none"
+            raise ModelLoadError(
+                f"model(s) {', '.join(missing)} not found in {self.models_dir.resolve()} "
+                f"(complete model folders there: {available}); build one with "
+                f"`make models MODEL=<name>` or change STT_MODELS"
+            )
+        self._folders = {n: listing[n] for n in self.names}
+        return self._folders
+
+    def load(self, *, warm_up: bool = True) -> None:
+        """Load (and warm up) every configured model; raises `ModelLoadError` with the cause."""
+        folders = self._folders or self.resolve_folders()
+        for name, folder in folders.items():
+            t0 = time.perf_counter()
+            try:
+                sessions = WhisperSessions.load(folder, self.runtime)
+                tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
+            except Exception as e:
+                raise ModelLoadError(f"could not load model '{name}' from {folder}: {e}") from e
+            load_s = time.perf_counter() - t0
+            created = int((folder / "manifest.json").stat().st_mtime)
+            model = LoadedModel(name, sessions, tokenizer, self.base_options, load_s, created)
+            if warm_up:
+                try:
+                    model.warm_up()
+                except Exception as e:
+                    raise ModelLoadError(f"warm-up of model '{name}' failed: {e}") from e
+            self._models[name] = model
+            info = model.info
+            log.info(
+                "model %s loaded in %.2f s, warmed up in %.2f s; devices %s",
+                name,
+                info.load_s,
+                info.warmup_s,
+                info.devices,
+            )
+
+    @property
+    def loaded(self) -> list[str]:
+        return list(self._models)
+
+    def get(self, name: str | None) -> LoadedModel:
+        """The loaded model called `name` (None/"" = the default); `UnknownModelError` if none."""
+        key = (name or "").strip() or self.default_model
+        key = self.aliases.get(key, key)
+        model = self._models.get(key)
+        if model is None:
+            raise UnknownModelError(key, self.loaded)
+        return model
+
+    def infos(self) -> list[ModelInfo]:
+        return [m.info for m in self._models.values()]

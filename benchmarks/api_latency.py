@@ -1,0 +1,264 @@
+"""HTTP API latency and throughput, measured through a real uvicorn server.
+
+Measures, per server configuration (STT_WORKERS):
+- end-to-end latency of one jfk (11 s) request, response_format=json (sequential, warm);
+- time to the first SSE delta and to `transcript.text.done` (jfk and the 60 s clip);
+- throughput with N concurrent clients, each sending jfk requests back to back.
+
+    .venv/bin/python benchmarks/api_latency.py --model tiny.en --workers 1,2 \
+        --out benchmarks/results/api_latency.md
+
+With --url, an already running server is measured instead (its settings are whatever it was
+started with).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+AUDIO = (REPO / ".." / "shared" / "testdata" / "audio").resolve()
+JFK = AUDIO / "jfk.wav"
+LONG = AUDIO / "earnings22_1_4482311_3_62.wav"
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen | None = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: str, models_dir: Path, workers: int, threads: int, ep: str) -> Server:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STT_")}
+    env.update(
+        STT_MODELS=model,
+        STT_MODELS_DIR=str(models_dir),
+        STT_WORKERS=str(workers),
+        STT_MAX_QUEUE="64",
+        STT_THREADS=str(threads),
+        STT_EP=ep,
+        STT_LOG_LEVEL="WARNING",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
+         "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"],
+        cwd=REPO, env=env,
+    )  # fmt: skip
+    server = Server(f"http://127.0.0.1:{port}", process)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"server exited with {process.returncode}")
+        try:
+            if httpx.get(server.url + "/health", timeout=2).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    server.stop()
+    raise SystemExit("server did not become healthy")
+
+
+def transcribe(client: httpx.Client, url: str, audio: bytes, model: str) -> float:
+    """One json request; returns seconds from send to full response."""
+    t0 = time.perf_counter()
+    r = client.post(
+        url + "/v1/audio/transcriptions",
+        files={"file": ("a.wav", audio, "audio/wav")},
+        data={"model": model},
+    )
+    elapsed = time.perf_counter() - t0
+    r.raise_for_status()
+    return elapsed
+
+
+def stream(client: httpx.Client, url: str, audio: bytes, model: str) -> tuple[float, float, int]:
+    """One stream=true request: (first delta s, done s, number of deltas)."""
+    t0 = time.perf_counter()
+    first = None
+    deltas = 0
+    with client.stream(
+        "POST",
+        url + "/v1/audio/transcriptions",
+        files={"file": ("a.wav", audio, "audio/wav")},
+        data={"model": model, "stream": "true"},
+    ) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            if event["type"] == "transcript.text.delta":
+                deltas += 1
+                if first is None:
+                    first = time.perf_counter() - t0
+            elif event["type"] == "transcript.text.done":
+                return first or 0.0, time.perf_counter() - t0, deltas
+            else:
+                raise RuntimeError(f"stream failed: {event}")
+    raise RuntimeError("stream ended without transcript.text.done")
+
+
+def concurrent(url: str, audio: bytes, model: str, clients: int, per_client: int) -> dict:
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def client_loop() -> None:
+        with httpx.Client(timeout=600) as c:
+            for _ in range(per_client):
+                s = transcribe(c, url, audio, model)
+                with lock:
+                    latencies.append(s)
+
+    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    n = clients * per_client
+    return {
+        "clients": clients,
+        "requests": n,
+        "wall_s": wall,
+        "req_per_s": n / wall,
+        "mean_latency_s": statistics.mean(latencies),
+        "max_latency_s": max(latencies),
+    }
+
+
+def measure(url: str, model: str, runs: int, clients: int, per_client: int) -> dict:
+    jfk, long = JFK.read_bytes(), LONG.read_bytes()
+    with httpx.Client(timeout=600) as c:
+        transcribe(c, url, jfk, model)  # warm the connection and caches
+        e2e = [transcribe(c, url, jfk, model) for _ in range(runs)]
+        jfk_stream = [stream(c, url, jfk, model) for _ in range(runs)]
+        long_stream = [stream(c, url, long, model) for _ in range(max(1, runs // 2))]
+    sequential = concurrent(url, jfk, model, 1, clients * per_client)
+    parallel = concurrent(url, jfk, model, clients, per_client)
+    return {
+        "e2e": e2e,
+        "jfk_stream": jfk_stream,
+        "long_stream": long_stream,
+        "sequential": sequential,
+        "parallel": parallel,
+    }
+
+
+def med(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f}"
+
+
+def report(results: dict[str, dict], args: argparse.Namespace) -> str:
+    lines = [
+        "# HTTP API latency and throughput",
+        "",
+        f"`{' '.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])}` on "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores; model {args.model}, EP {args.ep}, STT_THREADS={args.threads}; "
+        f"{args.runs} runs per figure (medians), loopback HTTP. Decoding: server defaults "
+        "(timestamps, temperature fallback); beam 5 for plain requests, greedy for stream=true "
+        "(the API's streaming default).",
+        "",
+        "Audio: jfk.wav (11.0 s) and earnings22_1_4482311_3_62.wav (59.6 s). Load average "
+        f"(1 min) before / after: {args.load_before:.2f} / {os.getloadavg()[0]:.2f} "
+        "(other processes on the machine compete for the cores when this is above ~0.5).",
+        "",
+        "| STT_WORKERS | jfk end-to-end (s) | jfk first delta (s) | jfk done (s) "
+        "| 60 s first delta (s) | 60 s done (s) | deltas (60 s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        lines.append(
+            f"| {name} | {med(r['e2e'])} (min {min(r['e2e']):.3f}) "
+            f"| {med([s[0] for s in r['jfk_stream']])} | {med([s[1] for s in r['jfk_stream']])} "
+            f"| {med([s[0] for s in r['long_stream']])} | {med([s[1] for s in r['long_stream']])} "
+            f"| {r['long_stream'][0][2]} |"
+        )
+    lines += [
+        "",
+        f"Throughput, jfk requests: 1 client sequentially vs {args.clients} concurrent clients "
+        f"({args.clients * args.per_client} requests each way).",
+        "",
+        "| STT_WORKERS | clients | wall (s) | requests/s | audio s per s | mean latency (s) "
+        "| max latency (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        for key in ("sequential", "parallel"):
+            t = r[key]
+            lines.append(
+                f"| {name} | {t['clients']} | {t['wall_s']:.2f} | {t['req_per_s']:.2f} "
+                f"| {t['req_per_s'] * 11.0:.1f} | {t['mean_latency_s']:.2f} "
+                f"| {t['max_latency_s']:.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="measure this running server instead of starting one")
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--models-dir", type=Path, default=REPO / "models")
+    parser.add_argument("--workers", default="1", help="comma list of STT_WORKERS to compare")
+    parser.add_argument("--threads", type=int, default=0, help="STT_THREADS (0 = auto)")
+    parser.add_argument("--ep", default="openvino", choices=["openvino", "cpu"])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--per-client", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="write the Markdown report here")
+    args = parser.parse_args()
+
+    args.load_before = os.getloadavg()[0]
+    results: dict[str, dict] = {}
+    if args.url:
+        results["(external)"] = measure(
+            args.url.rstrip("/"), args.model, args.runs, args.clients, args.per_client
+        )
+    else:
+        for workers in (int(w) for w in args.workers.split(",")):
+            server = start_server(args.model, args.models_dir, workers, args.threads, args.ep)
+            try:
+                results[str(workers)] = measure(
+                    server.url, args.model, args.runs, args.clients, args.per_client
+                )
+            finally:
+                server.stop()
+    text = report(results, args)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

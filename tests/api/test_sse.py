@@ -1,0 +1,89 @@
+"""Raw SSE over httpx: wire format, event order, and that tokens leave while decoding runs."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from tests.api.conftest import JFK_TEXT, JFK_WAV, LONG_WAV, LiveServer, normalise
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def read_events(
+    server: LiveServer, path: str, audio: bytes, **fields: str
+) -> tuple[httpx.Response, list[tuple[float, dict]]]:
+    """POST with stream=true; returns the response and (arrival time s, event) pairs."""
+    events: list[tuple[float, dict]] = []
+    data = {"model": "tiny.en", "stream": "true", **fields}
+    with httpx.Client(timeout=120) as client:
+        t0 = time.perf_counter()
+        with client.stream(
+            "POST", server.url(path), files={"file": ("a.wav", audio, "audio/wav")}, data=data
+        ) as response:
+            buffer = ""
+            for chunk in response.iter_text():
+                buffer += chunk
+                while "\n\n" in buffer:
+                    raw, buffer = buffer.split("\n\n", 1)
+                    lines = raw.split("\n")
+                    assert all(line.startswith("data: ") for line in lines), raw
+                    payload = "\n".join(line[len("data: ") :] for line in lines)
+                    events.append((time.perf_counter() - t0, json.loads(payload)))
+            assert buffer.strip() == "", f"trailing bytes after the last event: {buffer!r}"
+    return response, events
+
+
+def test_sse_wire_format_and_order(server: LiveServer) -> None:
+    response, events = read_events(server, "/v1/audio/transcriptions", JFK_WAV.read_bytes())
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers.get("cache-control") == "no-cache"
+    types = [e["type"] for _, e in events]
+    assert types[-1] == "transcript.text.done"
+    assert set(types[:-1]) == {"transcript.text.delta"}
+    for _, event in events[:-1]:
+        assert set(event) == {"type", "delta"} and event["delta"], event
+    done = events[-1][1]
+    assert set(done) == {"type", "text"}
+    assert normalise(done["text"]) == normalise(JFK_TEXT)
+    assert normalise("".join(e["delta"] for _, e in events[:-1])) == normalise(done["text"])
+
+
+def test_first_delta_leaves_long_before_decoding_ends(server: LiveServer) -> None:
+    """On 60 s of speech the first token must arrive well before the last one is decoded."""
+    response, events = read_events(server, "/v1/audio/transcriptions", LONG_WAV.read_bytes())
+    assert response.status_code == 200
+    deltas = [t for t, e in events if e["type"] == "transcript.text.delta"]
+    done_t = events[-1][0]
+    assert events[-1][1]["type"] == "transcript.text.done"
+    assert len(deltas) > 50
+    first, last = deltas[0], deltas[-1]
+    print(f"first delta {first:.3f} s, last delta {last:.3f} s, done {done_t:.3f} s")
+    # Tokens trickle in over the whole decode instead of arriving in one burst at the end.
+    assert first < 0.4 * done_t, (first, done_t)
+    assert done_t - first > 0.5, (first, done_t)
+    spread = [t for t in deltas if t < (first + done_t) / 2]
+    assert len(spread) >= 10, "fewer than 10 deltas in the first half of the decode"
+
+
+def test_translation_stream(server: LiveServer) -> None:
+    response, events = read_events(server, "/v1/audio/translations", JFK_WAV.read_bytes())
+    assert response.status_code == 200
+    assert events[-1][1]["type"] == "transcript.text.done"
+    assert normalise(events[-1][1]["text"]) == normalise(JFK_TEXT)
+
+
+def test_stream_bad_audio_is_a_plain_http_error(server: LiveServer) -> None:
+    """Errors found before the first token (undecodable upload) keep their HTTP status."""
+    r = httpx.post(
+        server.url("/v1/audio/transcriptions"),
+        files={"file": ("a.wav", b"definitely not audio" * 50, "audio/wav")},
+        data={"model": "tiny.en", "stream": "true"},
+        timeout=60,
+    )
+    assert r.status_code == 415, r.text
+    assert r.json()["error"]["param"] == "file"

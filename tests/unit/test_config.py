@@ -1,0 +1,79 @@
+"""Settings from STT_* environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import Settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("STT_"):
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+def test_defaults() -> None:
+    s = Settings()
+    assert s.models == ["base"] and s.default_model == "base"
+    assert s.models_dir == Path("models")
+    assert (s.ep, s.device, s.kv_cache) == ("openvino", "AUTO", "concat")
+    assert (s.workers, s.max_queue, s.threads) == (1, 8, 0)
+    assert s.max_upload_bytes == 25 * 1024 * 1024
+    assert s.api_key is None and s.cors_origins == []
+
+
+def test_from_environment(clean_env: pytest.MonkeyPatch) -> None:
+    for key, value in {
+        "STT_MODELS": "tiny.en, base",
+        "STT_DEVICE": "npu",
+        "STT_DECODER_DEVICE": "cpu",
+        "STT_EP": "CPU",
+        "STT_API_KEY": "s3cret",
+        "STT_CORS_ORIGINS": "http://a.example,http://b.example",
+        "STT_WORKERS": "2",
+        "STT_MAX_QUEUE": "0",
+        "STT_LOG_LEVEL": "debug",
+        "STT_OV_CACHE_DIR": "/tmp/ov",
+    }.items():
+        clean_env.setenv(key, value)
+    s = Settings()
+    assert s.models == ["tiny.en", "base"] and s.default_model == "tiny.en"
+    assert (s.device, s.decoder_device, s.encoder_device, s.ep) == ("NPU", "CPU", None, "cpu")
+    assert s.api_key is not None and s.api_key.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(s)
+    assert s.cors_origins == ["http://a.example", "http://b.example"]
+    assert (s.workers, s.max_queue, s.log_level) == (2, 0, "DEBUG")
+    assert s.ov_cache_dir == Path("/tmp/ov")
+
+
+def test_empty_api_key_means_none(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("STT_API_KEY", "")
+    assert Settings().api_key is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("STT_DEFAULT_MODEL", "large"),  # not one of STT_MODELS
+        ("STT_MODELS", " , "),
+        ("STT_MODELS", "base,base"),
+        ("STT_DEVICE", "TPU"),
+        ("STT_EP", "cuda"),
+        ("STT_KV_CACHE", "paged"),
+        ("STT_WORKERS", "0"),
+        ("STT_MAX_QUEUE", "-1"),
+        ("STT_MAX_UPLOAD_MB", "0"),
+    ],
+)
+def test_rejects_bad_values(clean_env: pytest.MonkeyPatch, key: str, value: str) -> None:
+    clean_env.setenv(key, value)
+    with pytest.raises(ValidationError):
+        Settings()

@@ -1,0 +1,128 @@
+"""WorkerPool: bounded concurrency, bounded queue, gauges, cancellation; no model needed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from app.service.pool import PoolClosedError, QueueFullError, WorkerPool
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def blocker(gate: threading.Event, started: threading.Event | None = None):
+    def job() -> str:
+        if started is not None:
+            started.set()
+        assert gate.wait(10)
+        return "done"
+
+    return job
+
+
+def test_capacity_is_workers_plus_queue() -> None:
+    pool = WorkerPool(workers=2, max_queue=1)
+    gate = threading.Event()
+    try:
+        futures = [pool.submit(blocker(gate)) for _ in range(3)]
+        deadline = time.monotonic() + 5
+        while pool.active < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.stats().active == 2 and pool.stats().queued == 1
+        with pytest.raises(QueueFullError) as info:
+            pool.submit(blocker(gate))
+        assert info.value.retry_after_s >= 1
+        gate.set()
+        assert [f.result(5) for f in futures] == ["done"] * 3
+        deadline = time.monotonic() + 5
+        while (pool.active or pool.queued) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.stats().active == 0 and pool.stats().queued == 0
+        assert pool.submit(lambda: 1).result(5) == 1  # room again
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+def test_zero_queue_rejects_second_job() -> None:
+    pool = WorkerPool(workers=1, max_queue=0)
+    gate, started = threading.Event(), threading.Event()
+    try:
+        first = pool.submit(blocker(gate, started))
+        assert started.wait(5)
+        with pytest.raises(QueueFullError):
+            pool.submit(lambda: None)
+        gate.set()
+        assert first.result(5) == "done"
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+def test_job_errors_propagate_and_free_the_slot() -> None:
+    pool = WorkerPool(workers=1, max_queue=0)
+    try:
+
+        def boom() -> None:
+            raise ValueError("bad audio")
+
+        with pytest.raises(ValueError, match="bad audio"):
+            pool.submit(boom).result(5)
+        time.sleep(0.05)
+        assert pool.submit(lambda: 2).result(5) == 2
+    finally:
+        pool.shutdown()
+
+
+def test_cancelling_the_awaiter_drops_queued_and_signals_running() -> None:
+    pool = WorkerPool(workers=1, max_queue=1)
+    running_cancel, queued_cancel = threading.Event(), threading.Event()
+    started = threading.Event()
+    ran_queued = threading.Event()
+
+    def running() -> str:
+        started.set()
+        assert running_cancel.wait(10)  # stops only when told to
+        return "stopped"
+
+    def queued() -> None:
+        ran_queued.set()
+
+    async def scenario() -> None:
+        t1 = asyncio.ensure_future(pool.run(running, running_cancel))
+        await asyncio.to_thread(started.wait, 5)
+        t2 = asyncio.ensure_future(pool.run(queued, queued_cancel))
+        await asyncio.sleep(0.05)
+        assert pool.stats().queued == 1
+        t2.cancel()
+        t1.cancel()
+        for task in (t1, t2):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    try:
+        asyncio.run(scenario())
+        assert running_cancel.is_set() and queued_cancel.is_set()
+        deadline = time.monotonic() + 5
+        while (pool.active or pool.queued) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.stats().active == 0 and pool.stats().queued == 0
+        assert not ran_queued.is_set()  # the waiting job never started
+    finally:
+        pool.shutdown()
+
+
+def test_shutdown_refuses_new_jobs() -> None:
+    pool = WorkerPool(workers=1, max_queue=0)
+    pool.shutdown()
+    with pytest.raises(PoolClosedError):
+        pool.submit(lambda: None)
+
+
+@pytest.mark.parametrize(("workers", "queue"), [(0, 1), (1, -1)])
+def test_bad_sizes(workers: int, queue: int) -> None:
+    with pytest.raises(ValueError):
+        WorkerPool(workers, queue)
