@@ -8,7 +8,7 @@ TEST_MODELS := tiny.en base
 HOST ?= 0.0.0.0
 PORT ?= 8000
 
-.PHONY: setup setup-dev models test-models run test lint format bench test-docker clean
+.PHONY: setup-browser setup setup-dev models test-models run test lint format bench test-docker clean
 
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,15 +26,21 @@ setup-dev: $(VENV)/.dev
 ## Build one model folder: make models MODEL=tiny.en [PRECISION=fp32]
 models: setup
 	$(PY) -m app.export build $(MODEL) --models-dir $(MODELS_DIR) $(if $(PRECISION),--precision $(PRECISION)) --skip-existing
+	$(PY) -m app.export vad --models-dir $(MODELS_DIR)
 
 test-models: setup
 	$(foreach m,$(TEST_MODELS),$(PY) -m app.export build $(m) --models-dir $(MODELS_DIR) --skip-existing &&) true
+	$(PY) -m app.export vad --models-dir $(MODELS_DIR)
 
 run: models
 	STT_MODELS=$${STT_MODELS:-$(MODEL)} STT_MODELS_DIR=$(MODELS_DIR) \
 	$(PY) -m uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT)
 
-test: setup-dev test-models
+## Headless Chromium for the page test (Debian package; skipped when already installed)
+setup-browser:
+	@test -x /usr/bin/chromium || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+
+test: setup-dev test-models setup-browser
 	$(PY) -m ruff check app tests benchmarks
 	$(PY) -m pytest -q
 
@@ -46,7 +52,7 @@ format: setup-dev
 	$(PY) -m ruff format app tests benchmarks
 	$(PY) -m ruff check --fix app tests benchmarks
 
-test-docker:
+test-docker: setup-dev
 	docker/ci-smoke.sh
 
 clean:

@@ -1,4 +1,4 @@
-"""`python -m app.export build NAME [--from FOLDER] [--precision fp32|fp16]` and `list`."""
+"""`python -m app.export build NAME [--from FOLDER] [--precision fp32|fp16]`, `list`, `vad`."""
 
 from __future__ import annotations
 
@@ -40,11 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     commands.add_parser("list", help="list the catalog's models")
+    vad = commands.add_parser("vad", help="fetch the Silero VAD model (silero-vad wheel)")
+    vad.add_argument("--models-dir", type=Path, default=Path("models"))
+    vad.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     args = parser.parse_args(argv)
 
     if args.command == "list":
         for name, entry in catalog().items():
             print(f"{name:10} {entry['description']}")
+        return 0
+    if args.command == "vad":
+        from app.export.vad import fetch_vad
+
+        try:
+            path, written = fetch_vad(args.models_dir, args.cache_dir)
+        except BuildError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{path} {'written' if written else 'is already in place'}", file=sys.stderr)
         return 0
     try:
         summary = build_model(

@@ -1,0 +1,370 @@
+"""Voice activity detection with Silero VAD (v5/v6 ONNX model) on onnxruntime's CPU provider.
+
+The model (`silero_vad.onnx`, 2.3 MB, from the `silero-vad` wheel; `python -m app.export vad`
+puts it at `models/silero_vad.onnx`) is a small recurrent network over 16 kHz audio:
+
+    in:  input f32 [B, 64 + 512]   64 samples of context (the previous chunk's tail) + one
+                                   chunk of 512 samples (32 ms)
+         state f32 [2, B, 128]     recurrent state, zeros at the start of a stream
+         sr    i64 []              16000
+    out: output f32 [B, 1]         speech probability of the chunk
+         stateN f32 [2, B, 128]    the state for the next chunk
+
+`SileroVad` holds the (thread-safe, stateless) session; the per-stream state lives in
+`VadState`. `VadStream` turns audio of any length into per-chunk probabilities and speech
+start/end events with hysteresis; `speech_timestamps` finds the speech regions of a whole clip
+(the REST `vad_filter` option). Times are in samples at 16 kHz unless a name says seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+CHUNK_SAMPLES = 512  # 32 ms: the model's fixed chunk at 16 kHz
+CONTEXT_SAMPLES = 64  # samples of the previous chunk prepended to each chunk
+STATE_SHAPE = (2, 1, 128)
+VAD_FILE = "silero_vad.onnx"
+CHUNK_S = CHUNK_SAMPLES / SAMPLE_RATE
+
+
+class VadModelError(RuntimeError):
+    """The VAD model file is missing or is not the expected Silero graph."""
+
+
+@dataclass(frozen=True)
+class VadOptions:
+    """Thresholds of the speech/silence decision (seconds for durations).
+
+    threshold: a chunk with probability >= threshold starts (or continues) speech.
+    neg_threshold: while in speech, a chunk below it counts as silence (hysteresis; the default
+        is threshold - 0.15, as in silero-vad). Chunks in between keep the current state.
+    min_silence_s: silence needed after speech before the speech region ends.
+    min_speech_s: shorter regions are dropped (clicks, coughs).
+    speech_pad_s: padding added on each side of a region (kept inside the audio).
+    max_speech_s: longer regions are split at their longest inner pause (whole-clip mode only).
+    """
+
+    threshold: float = 0.5
+    neg_threshold: float | None = None
+    min_silence_s: float = 0.5
+    min_speech_s: float = 0.25
+    speech_pad_s: float = 0.2
+    max_speech_s: float = float("inf")
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"VAD threshold must be in (0, 1), got {self.threshold}")
+        neg = self.neg_threshold
+        if neg is None:
+            object.__setattr__(self, "neg_threshold", max(self.threshold - 0.15, 0.01))
+        elif not 0.0 < neg <= self.threshold:
+            raise ValueError(f"neg_threshold must be in (0, threshold], got {neg}")
+        for name in ("min_silence_s", "min_speech_s", "speech_pad_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_speech_s <= 0:
+            raise ValueError(f"max_speech_s must be > 0, got {self.max_speech_s}")
+
+    @property
+    def exit_threshold(self) -> float:
+        assert self.neg_threshold is not None
+        return self.neg_threshold
+
+
+@dataclass
+class VadState:
+    """The recurrent state of one audio stream (not shared between streams)."""
+
+    state: np.ndarray = field(default_factory=lambda: np.zeros(STATE_SHAPE, np.float32))
+    context: np.ndarray = field(default_factory=lambda: np.zeros((1, CONTEXT_SAMPLES), np.float32))
+
+    def reset(self) -> None:
+        self.state = np.zeros(STATE_SHAPE, np.float32)
+        self.context = np.zeros((1, CONTEXT_SAMPLES), np.float32)
+
+
+class SileroVad:
+    """The loaded Silero VAD graph; one instance serves any number of streams and threads."""
+
+    def __init__(self, session: ort.InferenceSession, path: Path) -> None:
+        self.session = session
+        self.path = path
+        self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
+        names_in = {i.name for i in session.get_inputs()}
+        names_out = [o.name for o in session.get_outputs()]
+        if names_in != {"input", "state", "sr"} or names_out[:2] != ["output", "stateN"]:
+            raise VadModelError(
+                f"{path} is not a Silero VAD v5/v6 graph: inputs {sorted(names_in)}, "
+                f"outputs {names_out}"
+            )
+
+    @classmethod
+    def load(cls, path: Path | str) -> SileroVad:
+        """Load `silero_vad.onnx` on the CPU provider with one thread (it is tiny)."""
+        path = Path(path)
+        if not path.is_file():
+            raise VadModelError(
+                f"VAD model {path} not found: build it with `make models` "
+                f"(or `python -m app.export vad --models-dir {path.parent}`)"
+            )
+        t0 = time.perf_counter()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        try:
+            session = ort.InferenceSession(
+                str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+            )
+        except Exception as e:  # onnxruntime raises its own exception types
+            raise VadModelError(f"could not load the VAD model {path}: {e}") from e
+        vad = cls(session, path)
+        log.info("VAD model %s loaded in %.1f ms", path.name, 1e3 * (time.perf_counter() - t0))
+        return vad
+
+    def chunk_prob(self, chunk: np.ndarray, state: VadState) -> float:
+        """Speech probability of one chunk f32 [512]; advances `state`."""
+        x = np.concatenate([state.context, chunk.reshape(1, CHUNK_SAMPLES)], axis=1)  # [1, 576]
+        out, new_state = self.session.run(None, {"input": x, "state": state.state, "sr": self._sr})
+        state.state = new_state
+        state.context = x[:, -CONTEXT_SAMPLES:]
+        return float(out[0, 0])
+
+    def probs(self, audio: np.ndarray, state: VadState | None = None) -> np.ndarray:
+        """Speech probability of every 512-sample chunk of f32 [N] audio -> f32 [ceil(N / 512)].
+
+        The last chunk is zero-padded. A fresh state is used unless one is given.
+        """
+        audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
+        state = state or VadState()
+        n = -(-audio.shape[0] // CHUNK_SAMPLES)
+        padded = np.zeros(n * CHUNK_SAMPLES, np.float32)
+        padded[: audio.shape[0]] = audio
+        out = np.empty(n, np.float32)
+        for i in range(n):
+            out[i] = self.chunk_prob(padded[i * CHUNK_SAMPLES : (i + 1) * CHUNK_SAMPLES], state)
+        return out
+
+
+# ---- streaming ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VadEvent:
+    """Speech began (`kind="start"`) or ended (`"end"`) at `sample` (absolute, 16 kHz).
+
+    An end is reported `min_silence_s` after the last speech chunk; its `sample` is where the
+    silence began (not padded).
+    """
+
+    kind: str  # "start" | "end"
+    sample: int
+
+    @property
+    def seconds(self) -> float:
+        return self.sample / SAMPLE_RATE
+
+
+class VadStream:
+    """Streaming speech detection: feed audio of any length, get start/end events.
+
+    Audio is cut into 32 ms chunks (a remainder shorter than a chunk waits for the next call);
+    each chunk's probability goes through the hysteresis of `VadOptions`: speech starts at a
+    chunk >= threshold, and ends once chunks below `neg_threshold` have lasted `min_silence_s`
+    (chunks between the two thresholds neither start nor end silence). Speech shorter than
+    `min_speech_s` still produces a start and an end: the caller decides what to do with it.
+    Memory is constant (at most one partial chunk is kept).
+    """
+
+    def __init__(self, vad: SileroVad, options: VadOptions | None = None) -> None:
+        self.vad = vad
+        self.options = options or VadOptions()
+        self.state = VadState()
+        self._rest = np.zeros(0, np.float32)
+        self.position = 0  # absolute samples consumed into chunks
+        self.in_speech = False
+        self.speech_start: int | None = None
+        self._silence_start: int | None = None
+        self.last_prob = 0.0
+        self._lock = threading.Lock()
+        self._min_silence = round(self.options.min_silence_s * SAMPLE_RATE)
+
+    @property
+    def pending_samples(self) -> int:
+        """Samples received but not yet judged (less than one chunk)."""
+        return self._rest.shape[0]
+
+    def feed(self, audio: np.ndarray) -> list[VadEvent]:
+        """Consume f32 [N] 16 kHz audio; return the events of the completed chunks."""
+        with self._lock:
+            audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+            if self._rest.shape[0]:
+                audio = np.concatenate([self._rest, audio])
+            n_chunks = audio.shape[0] // CHUNK_SAMPLES
+            events: list[VadEvent] = []
+            for i in range(n_chunks):
+                chunk = audio[i * CHUNK_SAMPLES : (i + 1) * CHUNK_SAMPLES]
+                prob = self.vad.chunk_prob(chunk, self.state)
+                self.last_prob = prob
+                event = self._decide(prob, self.position)
+                if event is not None:
+                    events.append(event)
+                self.position += CHUNK_SAMPLES
+            self._rest = audio[n_chunks * CHUNK_SAMPLES :].copy()
+            return events
+
+    def _decide(self, prob: float, chunk_start: int) -> VadEvent | None:
+        opts = self.options
+        if prob >= opts.threshold:
+            self._silence_start = None
+            if not self.in_speech:
+                self.in_speech = True
+                self.speech_start = chunk_start
+                return VadEvent("start", chunk_start)
+            return None
+        if self.in_speech and prob < opts.exit_threshold:
+            if self._silence_start is None:
+                self._silence_start = chunk_start
+            if chunk_start + CHUNK_SAMPLES - self._silence_start >= self._min_silence:
+                end = self._silence_start
+                self.in_speech = False
+                self.speech_start = None
+                self._silence_start = None
+                return VadEvent("end", end)
+        return None
+
+    def silence_since(self) -> int | None:
+        """Where the current (not yet long enough) silence inside speech began, if any."""
+        return self._silence_start
+
+
+# ---- whole clips ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpeechSpan:
+    """One speech region [start, end) in samples at 16 kHz."""
+
+    start: int
+    end: int
+
+    @property
+    def start_s(self) -> float:
+        return self.start / SAMPLE_RATE
+
+    @property
+    def end_s(self) -> float:
+        return self.end / SAMPLE_RATE
+
+
+def spans_from_probs(
+    probs: Iterable[float], n_samples: int, options: VadOptions | None = None
+) -> list[SpeechSpan]:
+    """Speech regions from per-chunk probabilities (silero-vad's `get_speech_timestamps` rules).
+
+    Hysteresis as in `VadStream`; regions shorter than `min_speech_s` are dropped; a region
+    longer than `max_speech_s` is split at its longest inner pause (or cut hard when it has
+    none); each region is padded by `speech_pad_s` (halving the gap when two pads would meet).
+    """
+    opts = options or VadOptions()
+    min_speech = opts.min_speech_s * SAMPLE_RATE
+    min_silence = opts.min_silence_s * SAMPLE_RATE
+    max_speech = opts.max_speech_s * SAMPLE_RATE
+    pad = round(opts.speech_pad_s * SAMPLE_RATE)
+
+    raw: list[list[int]] = []
+    start: int | None = None
+    silence_start: int | None = None
+    pauses: list[tuple[int, int]] = []  # (start, length) of inner pauses of the open region
+    for i, prob in enumerate(probs):
+        pos = i * CHUNK_SAMPLES
+        if prob >= opts.threshold:
+            if silence_start is not None:
+                pauses.append((silence_start, pos - silence_start))
+                silence_start = None
+            if start is None:
+                start = pos
+            elif pos - start > max_speech:
+                if pauses:
+                    cut, length = max(pauses, key=lambda p: p[1])
+                    raw.append([start, cut])
+                    start = cut + length
+                else:
+                    raw.append([start, pos])
+                    start = pos
+                pauses = [p for p in pauses if p[0] >= start]
+            continue
+        if start is not None and prob < opts.exit_threshold:
+            if silence_start is None:
+                silence_start = pos
+            if pos + CHUNK_SAMPLES - silence_start >= min_silence:
+                raw.append([start, silence_start])
+                start, silence_start, pauses = None, None, []
+    if start is not None:
+        raw.append([start, silence_start if silence_start is not None else n_samples])
+
+    kept = [r for r in raw if r[1] - r[0] >= min_speech]
+    for i, region in enumerate(kept):
+        if i == 0:
+            region[0] = max(0, region[0] - pad)
+        if i + 1 < len(kept):
+            gap = kept[i + 1][0] - region[1]
+            if gap < 2 * pad:
+                region[1] += gap // 2
+                kept[i + 1][0] -= gap - gap // 2
+            else:
+                region[1] = min(n_samples, region[1] + pad)
+                kept[i + 1][0] = max(0, kept[i + 1][0] - pad)
+        else:
+            region[1] = min(n_samples, region[1] + pad)
+    return [SpeechSpan(int(a), int(b)) for a, b in kept if b > a]
+
+
+def speech_timestamps(
+    vad: SileroVad, audio: np.ndarray, options: VadOptions | None = None
+) -> list[SpeechSpan]:
+    """Speech regions of f32 [N] 16 kHz audio (samples), for the REST `vad_filter` option."""
+    audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+    if audio.shape[0] == 0:
+        return []
+    return spans_from_probs(vad.probs(audio), audio.shape[0], options)
+
+
+def collect_speech(audio: np.ndarray, spans: list[SpeechSpan]) -> np.ndarray:
+    """The speech regions of f32 [N] audio concatenated -> f32 [M] (M = total span length)."""
+    if not spans:
+        return np.zeros(0, np.float32)
+    return np.concatenate([audio[s.start : s.end] for s in spans]).astype(np.float32, copy=False)
+
+
+def speech_time_map(spans: list[SpeechSpan]) -> list[tuple[float, float]]:
+    """(time in the collected audio, time in the original audio) pairs (seconds) at each span's
+    start, to map segment times of `collect_speech` output back: t_orig = t + (orig - coll) of
+    the last pair with coll <= t."""
+    pairs: list[tuple[float, float]] = []
+    collected = 0
+    for s in spans:
+        pairs.append((collected / SAMPLE_RATE, s.start / SAMPLE_RATE))
+        collected += s.end - s.start
+    return pairs
+
+
+def restore_time(t: float, time_map: list[tuple[float, float]]) -> float:
+    """A time (seconds) in the collected speech -> the time in the original audio."""
+    offset = 0.0
+    for collected, original in time_map:
+        if collected > t:
+            break
+        offset = original - collected
+    return t + offset

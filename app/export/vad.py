@@ -1,0 +1,46 @@
+"""Fetch the Silero VAD model: `silero_vad/data/silero_vad.onnx` from the `silero-vad` wheel.
+
+The wheel is downloaded once with `pip download --no-deps` into the weights cache, checked by
+sha256 (wheel and model file), and the model copied to `<models-dir>/silero_vad.onnx`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from pathlib import Path
+
+from app.export.errors import BuildError
+from app.export.sources import _download_wheel, sha256_of
+
+VAD_PACKAGE = {
+    "name": "silero-vad",
+    "version": "6.2.3",
+    "sha256": "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8",
+}
+VAD_MEMBER = "silero_vad/data/silero_vad.onnx"
+VAD_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
+VAD_FILE = "silero_vad.onnx"
+
+
+def fetch_vad(models_dir: Path, cache_dir: Path, *, force: bool = False) -> tuple[Path, bool]:
+    """Put the checked model at `models_dir/silero_vad.onnx`; (path, True if it was written)."""
+    target = models_dir / VAD_FILE
+    if target.is_file() and not force and sha256_of(target) == VAD_SHA256:
+        return target, False
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    wheel = _download_wheel(VAD_PACKAGE, cache_dir)
+    with zipfile.ZipFile(wheel) as archive:
+        try:
+            data = archive.read(VAD_MEMBER)
+        except KeyError as e:
+            raise BuildError(f"{wheel.name} has no {VAD_MEMBER}") from e
+    models_dir.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".onnx.partial")
+    partial.write_bytes(data)
+    actual = sha256_of(partial)
+    if actual != VAD_SHA256:
+        partial.unlink()
+        raise BuildError(f"{VAD_MEMBER} in {wheel.name} has sha256 {actual}, expected {VAD_SHA256}")
+    shutil.move(partial, target)
+    return target, True

@@ -1,0 +1,115 @@
+"""`StreamingSession` with the real tiny.en model and VAD, fed without pacing (the decode pass
+runs each time one is due, as the API's processing task does)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from app.engine.vad import SileroVad, VadOptions
+from app.service.streaming import (
+    CommittedText,
+    PartialText,
+    StreamEvent,
+    StreamingOptions,
+    StreamingSession,
+    StreamSegment,
+)
+from app.service.transcriber import Transcriber
+from tests.conftest import MODELS_DIR
+from tests.engine.conftest import EMPTY, JFK, clip, normalise
+
+JFK_TEXT = (
+    "and so my fellow americans ask not what your country can do for you "
+    "ask what you can do for your country"
+)
+
+
+@pytest.fixture(scope="module")
+def vad() -> SileroVad:
+    path = MODELS_DIR / "silero_vad.onnx"
+    if not path.is_file():
+        pytest.skip("models/silero_vad.onnx is missing: run `make test-models`")
+    return SileroVad.load(path)
+
+
+def run_session(
+    session: StreamingSession, audio: np.ndarray, chunk: int = 1600, probe=None
+) -> None:
+    for i in range(0, len(audio), chunk):
+        session.append(audio[i : i + chunk])
+        while session.advance():
+            session.decode()
+            if probe is not None:
+                probe(session)
+    session.flush()
+    while session.advance():
+        session.decode()
+
+
+def check_events(events: list[StreamEvent], text: str) -> None:
+    deltas = [e for e in events if isinstance(e, CommittedText)]
+    assert "".join(d.text for d in deltas) == text
+    for a, b in itertools.pairwise(deltas):
+        assert a.start <= a.end <= b.start <= b.end
+    segments = [e for e in events if isinstance(e, StreamSegment)]
+    assert " ".join(s.text for s in segments).split() == text.split()
+    assert [s.id for s in segments] == list(range(len(segments)))
+
+
+def test_jfk_with_vad(tiny_tr: Transcriber, vad: SileroVad) -> None:
+    events: list[StreamEvent] = []
+    session = StreamingSession(tiny_tr, StreamingOptions(language="en"), vad, events.append)
+    run_session(session, clip(JFK))
+    check_events(events, session.text)
+    words = normalise(session.text).split()
+    reference = JFK_TEXT.split()
+    mismatches = sum(a != b for a, b in zip(words, reference, strict=False))
+    assert len(words) == len(reference) and mismatches <= 1, session.text
+    # partial text came token by token, and every partial was a continuation of committed text
+    partials = [e.text for e in events if isinstance(e, PartialText)]
+    assert len([p for p in partials if p]) >= 5
+    assert session.stats().passes >= 5
+
+
+def test_silence_is_never_decoded(tiny_tr: Transcriber, vad: SileroVad) -> None:
+    events: list[StreamEvent] = []
+    session = StreamingSession(tiny_tr, StreamingOptions(language="en"), vad, events.append)
+    quiet = np.concatenate([clip(EMPTY), np.zeros(16000 * 5, np.float32)])
+    run_session(session, quiet)
+    assert session.text == ""
+    assert session.stats().passes == 0
+    assert events == []
+
+
+def test_buffer_stays_bounded_without_vad(tiny_tr: Transcriber) -> None:
+    """44 s of speech with no VAD to finalize at pauses: only segment cuts bound the buffer."""
+    options = StreamingOptions(language="en", vad=None, trim_s=8.0, max_buffer_s=15.0)
+    events: list[StreamEvent] = []
+    session = StreamingSession(tiny_tr, options, None, events.append)
+    longest: list[float] = []
+    run_session(
+        session,
+        np.tile(clip(JFK), 4),
+        chunk=8000,
+        probe=lambda s: longest.append(s.stats().buffer_s),
+    )
+    assert max(longest) <= options.max_buffer_s + options.step_s + 0.5
+    check_events(events, session.text)
+    assert normalise(session.text).count("ask not what your country") >= 3
+    assert normalise(session.text).count("country") >= 7
+
+
+def test_step_option_sets_the_pass_rate(tiny_tr: Transcriber, vad: SileroVad) -> None:
+    audio = clip(JFK)
+    counts = {}
+    for step in (1.0, 2.0):
+        session = StreamingSession(
+            tiny_tr, StreamingOptions(language="en", step_s=step, vad=VadOptions()), vad
+        )
+        run_session(session, audio)
+        counts[step] = session.stats().passes
+        assert "fellow americans" in normalise(session.text)
+    assert counts[2.0] < counts[1.0]

@@ -1,0 +1,110 @@
+"""Silero VAD (models/silero_vad.onnx, from the silero-vad wheel) on the testdata clips."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from app.engine.vad import (
+    CHUNK_SAMPLES,
+    SileroVad,
+    VadModelError,
+    VadOptions,
+    VadStream,
+    collect_speech,
+    restore_time,
+    spans_from_probs,
+    speech_time_map,
+    speech_timestamps,
+)
+from app.export.sources import sha256_of
+from app.export.vad import VAD_SHA256
+from tests.conftest import MODELS_DIR
+from tests.engine.conftest import EMPTY, JFK, clip
+
+VAD_PATH = MODELS_DIR / "silero_vad.onnx"
+
+
+@pytest.fixture(scope="module")
+def vad() -> SileroVad:
+    if not VAD_PATH.is_file():
+        pytest.skip("models/silero_vad.onnx is missing: run `make test-models`")
+    return SileroVad.load(VAD_PATH)
+
+
+def test_model_file_is_the_checked_one(vad: SileroVad) -> None:
+    assert sha256_of(VAD_PATH) == VAD_SHA256
+    names = {i.name: i.shape for i in vad.session.get_inputs()}
+    assert names["state"] == [2, None, 128] and names["input"] == [None, None]
+
+
+def test_missing_model_has_a_clear_error(tmp_path) -> None:
+    with pytest.raises(VadModelError, match="make models"):
+        SileroVad.load(tmp_path / "silero_vad.onnx")
+
+
+def test_jfk_speech_regions(vad: SileroVad) -> None:
+    spans = speech_timestamps(vad, clip(JFK))
+    # four phrases separated by pauses: "And so my fellow Americans" / "ask not" / ...
+    assert len(spans) == 4
+    starts = [s.start_s for s in spans]
+    assert starts[0] < 0.4 and 2.8 < starts[1] < 3.4 and 4.9 < starts[2] < 5.5
+    assert spans[-1].end_s == pytest.approx(11.0, abs=0.05)
+    assert all(a.end <= b.start for a, b in itertools.pairwise(spans))
+
+
+@pytest.mark.parametrize("source", ["empty", "zeros", "noise"])
+def test_no_speech_in_silence(vad: SileroVad, source: str) -> None:
+    rng = np.random.default_rng(0)
+    audio = {
+        "empty": lambda: clip(EMPTY),
+        "zeros": lambda: np.zeros(16000 * 5, np.float32),
+        "noise": lambda: (rng.standard_normal(16000 * 5) * 0.01).astype(np.float32),
+    }[source]()
+    assert speech_timestamps(vad, audio) == []
+    assert vad.probs(audio).max() < 0.5
+
+
+def test_stream_matches_whole_clip_for_any_chunking(vad: SileroVad) -> None:
+    audio = clip(JFK)
+    options = VadOptions(min_silence_s=0.5)
+    probs = vad.probs(audio)
+    rng = np.random.default_rng(1)
+    stream = VadStream(vad, options)
+    events = []
+    pos = 0
+    while pos < len(audio):
+        size = int(rng.integers(1, 3000))
+        events += stream.feed(audio[pos : pos + size])
+        pos += size
+    assert stream.position == len(audio) // CHUNK_SAMPLES * CHUNK_SAMPLES
+    starts = [e.sample for e in events if e.kind == "start"]
+    ends = [e.sample for e in events if e.kind == "end"]
+    spans = spans_from_probs(probs, len(audio), VadOptions(min_silence_s=0.5, speech_pad_s=0))
+    assert starts == [s.start for s in spans]
+    assert ends == [s.end for s in spans[:-1]]  # the last phrase runs to the end of the clip
+    assert stream.in_speech
+
+
+def test_collect_speech_and_restore_times(vad: SileroVad) -> None:
+    audio = clip(JFK)
+    spans = speech_timestamps(vad, audio)
+    speech = collect_speech(audio, spans)
+    assert len(speech) == sum(s.end - s.start for s in spans)
+    time_map = speech_time_map(spans)
+    second = spans[1]
+    collected_start = spans[0].end_s - spans[0].start_s
+    assert restore_time(collected_start + 0.1, time_map) == pytest.approx(second.start_s + 0.1)
+    assert restore_time(0.0, time_map) == pytest.approx(spans[0].start_s)
+
+
+def test_options_are_checked() -> None:
+    assert VadOptions(threshold=0.6).exit_threshold == pytest.approx(0.45)
+    with pytest.raises(ValueError):
+        VadOptions(threshold=1.5)
+    with pytest.raises(ValueError):
+        VadOptions(threshold=0.5, neg_threshold=0.7)
+    with pytest.raises(ValueError):
+        VadOptions(min_silence_s=-1)

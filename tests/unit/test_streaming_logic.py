@@ -1,0 +1,128 @@
+"""The model-free parts of live streaming: word units, segment split, agreement alignment, PCM
+input, the audio buffer and option checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.engine.audio import AudioDecodeError
+from app.service.streaming import (
+    PcmInput,
+    StreamingOptions,
+    _align,
+    _AudioBuffer,
+    split_segments,
+    split_units,
+)
+
+TS = 50363  # timestamp_begin of the English-only vocabulary
+
+
+def ts(seconds: float) -> int:
+    return TS + round(seconds / 0.02)
+
+
+def test_split_units_keeps_spaces_and_punctuation() -> None:
+    text = " And so, my fellow Americans."
+    units = split_units(text)
+    assert units == [" And", " so,", " my", " fellow", " Americans."]
+    assert "".join(units) == text
+    assert split_units("你好 world") == ["你", "好", " world"]
+    assert split_units("   ") == []
+
+
+def test_split_segments_closed_and_open() -> None:
+    tokens = [ts(0.0), 1, 2, ts(1.5), ts(1.5), 3, ts(2.4), ts(2.6), 4, 5]
+    segments = split_segments(tokens, TS, duration=3.0)
+    assert [(s.start, s.end, s.tokens, s.closed) for s in segments] == [
+        (0.0, 1.5, (1, 2), True),
+        (1.5, 2.4, (3,), True),
+        (2.6, 3.0, (4, 5), False),
+    ]
+    # a timestamp past the audio is clamped to its duration
+    late = split_segments([ts(0.0), 7, ts(29.0)], TS, duration=4.0)
+    assert late[0].end == 4.0
+    assert split_segments([], TS, 1.0) == []
+    assert split_segments([7, 8], TS, 2.0)[0].start == 0.0  # no timestamps at all
+
+
+@pytest.mark.parametrize(
+    ("committed", "hyp", "expected"),
+    [
+        ([], ["a", "b"], 0),
+        (["a", "b"], ["a", "b", "c"], 2),
+        (["we", "are", "gathered"], ["gathered", "to", "review"], 1),  # the pass lost words
+        (["gathered", "to"], ["we", "are", "gathered", "to", "review"], 4),  # found more
+        (["so", "my", "fellow"], ["and", "so", "my", "fellow", "americans"], 4),
+        (["x", "y"], ["p", "q", "r"], 2),  # nothing in common: by position
+    ],
+)
+def test_align_finds_where_uncommitted_words_start(
+    committed: list[str], hyp: list[str], expected: int
+) -> None:
+    assert _align(committed, hyp) == expected
+
+
+def test_pcm_input_s16_and_resampling() -> None:
+    pcm = PcmInput("pcm_s16le", 16000)
+    samples = np.array([0, 16384, -32768, 32767], dtype="<i2")
+    out = pcm.convert(samples.tobytes())
+    np.testing.assert_allclose(out, [0.0, 0.5, -1.0, 32767 / 32768], atol=1e-6)
+    assert out.dtype == np.float32
+
+    # 48 kHz f32 in odd-sized chunks: the stream resampler keeps state between chunks
+    rate = 48000
+    t = np.arange(rate * 2) / rate
+    tone = (0.5 * np.sin(2 * np.pi * 440 * t)).astype("<f4")
+    pcm = PcmInput("pcm_f32le", rate)
+    pieces, pos = [], 0
+    for size in [1, 479, 4800, 333, 12000] * 20:
+        if pos >= len(tone):
+            break
+        pieces.append(pcm.convert(tone[pos : pos + size].tobytes()))
+        pos += size
+    if pos < len(tone):
+        pieces.append(pcm.convert(tone[pos:].tobytes()))
+    pieces.append(pcm.finish())
+    out = np.concatenate(pieces)
+    assert abs(len(out) - 32000) <= 2
+    expected = 0.5 * np.sin(2 * np.pi * 440 * np.arange(len(out)) / 16000)
+    middle = slice(1000, len(out) - 1000)
+    assert np.max(np.abs(out[middle] - expected[middle])) < 0.01
+
+
+def test_pcm_input_rejects_bad_frames_and_settings() -> None:
+    with pytest.raises(AudioDecodeError, match="whole number"):
+        PcmInput("pcm_s16le", 16000).convert(b"\x00\x01\x02")
+    with pytest.raises(AudioDecodeError):
+        PcmInput("pcm_f32le", 16000).convert(np.array([np.nan], "<f4").tobytes())
+    with pytest.raises(ValueError, match="encoding"):
+        PcmInput("mp3", 16000)
+    with pytest.raises(ValueError, match="sample_rate"):
+        PcmInput("pcm_s16le", 100)
+
+
+def test_audio_buffer_append_drop_view() -> None:
+    buf = _AudioBuffer(10)
+    buf.append(np.arange(6, dtype=np.float32))
+    buf.drop_before(2)
+    assert (buf.start, buf.length, buf.end) == (2, 4, 6)
+    np.testing.assert_array_equal(buf.view(), [2, 3, 4, 5])
+    np.testing.assert_array_equal(buf.view(until=4), [2, 3])
+    buf.append(np.arange(6, 12, dtype=np.float32))
+    np.testing.assert_array_equal(buf.view(), np.arange(2, 12))
+    with pytest.raises(OverflowError):
+        buf.append(np.zeros(1, np.float32))
+    buf.drop_before(100)
+    assert buf.length == 0 and buf.start == 12
+
+
+def test_streaming_options_are_checked() -> None:
+    StreamingOptions()
+    with pytest.raises(ValueError, match="step_s"):
+        StreamingOptions(step_s=0.0)
+    with pytest.raises(ValueError, match="max_buffer_s"):
+        StreamingOptions(max_buffer_s=40.0)
+    with pytest.raises(ValueError, match="task"):
+        StreamingOptions(task="summarise")
