@@ -21,6 +21,7 @@ import numpy as np
 from app.engine.audio import AudioDecodeError, AudioTooLongError, decode_audio
 from app.engine.languages import LANGUAGES
 from app.engine.tokenizer import Tokenizer
+from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import MODEL_FILES, SAMPLE_RATE
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from app.service.transcriber import (
@@ -147,11 +148,12 @@ class LoadedModel:
         base_options: TranscriptionOptions,
         load_s: float,
         created: int,
+        vad: SileroVad | None = None,
     ) -> None:
         self.name = name
         self.sessions = sessions
         self.tokenizer = tokenizer
-        self.transcriber = Transcriber(sessions, tokenizer)
+        self.transcriber = Transcriber(sessions, tokenizer, vad=vad)
         self.base_options = base_options
         self.multilingual = bool(sessions.manifest.multilingual)
         self._load_s = load_s
@@ -200,6 +202,12 @@ class LoadedModel:
                 )
             changes["beam_size"] = job.beam_size
         if job.vad_filter:
+            if self.transcriber.vad is None:
+                raise InvalidRequestError(
+                    "vad_filter is unavailable: the VAD model is not installed on this server "
+                    "(`python -m app.export vad`)",
+                    param="vad_filter",
+                )
             changes["vad_filter"] = True
         try:
             return replace(self.base_options, **changes)
@@ -310,6 +318,7 @@ class ModelRegistry:
         self.aliases = dict(aliases or {})
         self._models: dict[str, LoadedModel] = {}
         self._folders: dict[str, Path] = {}
+        self.vad: SileroVad | None = None
 
     def resolve_folders(self) -> dict[str, Path]:
         """Find every configured model in the folder listing; a clear error if one is missing."""
@@ -328,6 +337,7 @@ class ModelRegistry:
     def load(self, *, warm_up: bool = True) -> None:
         """Load (and warm up) every configured model; raises `ModelLoadError` with the cause."""
         folders = self._folders or self.resolve_folders()
+        self.vad = self._load_vad()
         for name, folder in folders.items():
             t0 = time.perf_counter()
             try:
@@ -337,7 +347,9 @@ class ModelRegistry:
                 raise ModelLoadError(f"could not load model '{name}' from {folder}: {e}") from e
             load_s = time.perf_counter() - t0
             created = int((folder / "manifest.json").stat().st_mtime)
-            model = LoadedModel(name, sessions, tokenizer, self.base_options, load_s, created)
+            model = LoadedModel(
+                name, sessions, tokenizer, self.base_options, load_s, created, vad=self.vad
+            )
             if warm_up:
                 try:
                     model.warm_up()
@@ -352,6 +364,14 @@ class ModelRegistry:
                 info.warmup_s,
                 info.devices,
             )
+
+    def _load_vad(self) -> SileroVad | None:
+        """The Silero VAD model beside the models, shared by all; None (logged) if absent."""
+        try:
+            return SileroVad.load(self.models_dir / VAD_FILE)
+        except VadModelError as e:
+            log.warning("no VAD: vad_filter requests will be refused: %s", e)
+            return None
 
     @property
     def loaded(self) -> list[str]:

@@ -10,6 +10,9 @@ import pytest
 
 from tests.api.conftest import JFK_TEXT, JFK_WAV, LONG_WAV, LiveServer, normalise
 from tests.api.subtitles import parse_srt, parse_vtt
+from tests.conftest import AUDIO
+
+EMPTY_WAV = AUDIO / "picovoice_empty.wav"
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -172,3 +175,17 @@ def test_sdk_errors_are_typed(client: openai.OpenAI) -> None:
         client.audio.transcriptions.create(model="tiny.en", file=("x.wav", b"not audio" * 100))
     assert undecodable.value.status_code == 415
     assert re.search("format|decode", str(undecodable.value.message), re.IGNORECASE)
+
+
+def test_vad_filter_extra(client: openai.OpenAI) -> None:
+    with JFK_WAV.open("rb") as f:
+        speech = client.audio.transcriptions.create(
+            model="tiny.en", file=f, response_format="verbose_json", extra_body={"vad_filter": True}
+        )
+    assert normalise(speech.text) == normalise(JFK_TEXT)
+    assert speech.segments and speech.segments[-1].end <= 11.0 + 0.05
+    with EMPTY_WAV.open("rb") as f:
+        silence = client.audio.transcriptions.create(
+            model="tiny.en", file=f, extra_body={"vad_filter": True}
+        )
+    assert silence.text == ""
