@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default="AUTO", help=f"OpenVINO device: {', '.join(DEVICES)}")
     t.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = all cores)")
     t.add_argument(
+        "--precision",
+        choices=("bf16", "f16", "f32"),
+        default=None,
+        help="OpenVINO inference precision hint (default: the device's)",
+    )
+    t.add_argument(
         "--format", choices=("text", "json", "verbose_json", "srt", "vtt"), default="text"
     )
     t.add_argument("--verbose", "-v", action="store_true", help="timings and logs on stderr")
@@ -72,7 +78,13 @@ def transcribe_command(args: argparse.Namespace) -> int:
     folder = args.models_dir / args.model
     started = time.perf_counter()
     sessions = WhisperSessions.load(
-        folder, RuntimeOptions(ep=args.ep, device=args.device, threads=args.threads)
+        folder,
+        RuntimeOptions(
+            ep=args.ep,
+            device=args.device,
+            threads=args.threads,
+            inference_precision=args.precision,
+        ),
     )
     tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
     load_s = time.perf_counter() - started

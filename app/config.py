@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     device: Device = Field(default="AUTO", description="OpenVINO device for both stages.")
     encoder_device: Device | None = Field(default=None, description="Overrides DEVICE for encoder.")
     decoder_device: Device | None = Field(default=None, description="Overrides DEVICE for decoder.")
+    precision: Literal["bf16", "f16", "f32"] | None = Field(
+        default=None, description="OpenVINO inference precision hint; None = device default."
+    )
     kv_cache: Literal["concat", "static"] = Field(
         default="concat", description="Self-attention cache: growing (concat) or fixed buffer."
     )
@@ -92,7 +95,7 @@ class Settings(BaseSettings):
         _upper_or_none
     )
 
-    @field_validator("ep", "kv_cache", mode="before")
+    @field_validator("ep", "kv_cache", "precision", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
@@ -102,7 +105,7 @@ class Settings(BaseSettings):
     def _upper(cls, value: object) -> object:
         return value.strip().upper() if isinstance(value, str) else value
 
-    @field_validator("api_key", "ov_cache_dir", "default_model", mode="before")
+    @field_validator("api_key", "ov_cache_dir", "default_model", "precision", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -56,6 +56,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
         decoder_device=settings.decoder_device,
         threads=settings.threads,
         cache_dir=settings.ov_cache_dir,
+        inference_precision=settings.precision,
     )
     default = settings.resolved_default_model
     aliases = {a: default for a in OPENAI_MODEL_ALIASES if a not in settings.models}
