@@ -48,8 +48,9 @@ class Settings(BaseSettings):
     device: Device = Field(default="AUTO", description="OpenVINO device for both stages.")
     encoder_device: Device | None = Field(default=None, description="Overrides DEVICE for encoder.")
     decoder_device: Device | None = Field(default=None, description="Overrides DEVICE for decoder.")
-    precision: Literal["bf16", "f16", "f32"] | None = Field(
-        default=None, description="OpenVINO inference precision hint; None = device default."
+    precision: Literal["auto", "bf16", "f16", "f32"] | None = Field(
+        default="auto",
+        description="OpenVINO inference precision: auto = bf16 on CPUs with native bf16.",
     )
     kv_cache: Literal["concat", "static"] = Field(
         default="concat", description="Self-attention cache: growing (concat) or fixed buffer."

@@ -7,8 +7,10 @@ reports them. A device asked for by name that is missing is an error, never a si
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,8 @@ class RuntimeOptions:
     """Where and how a model runs.
 
     threads: intra-op threads per session (0 = ONNX Runtime's default: one per core).
-    inference_precision: OpenVINO `INFERENCE_PRECISION_HINT` (e.g. "bf16", "f32"); None = default.
+    inference_precision: OpenVINO `INFERENCE_PRECISION_HINT` ("bf16", "f16", "f32"); None = the
+        device's default; "auto" = bf16 on a CPU with native bf16 (AVX-512 BF16 or AMX), else None.
     """
 
     ep: str = "openvino"
@@ -55,6 +58,10 @@ class RuntimeOptions:
                 raise DeviceError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
         if self.threads < 0:
             raise DeviceError("threads must be >= 0")
+        if self.inference_precision not in (None, *PRECISIONS):
+            raise DeviceError(
+                f"unknown precision {self.inference_precision!r}: use {', '.join(PRECISIONS)}"
+            )
 
 
 def openvino_devices() -> list[str]:
@@ -83,11 +90,26 @@ def resolve_device(requested: str, available: list[str]) -> str:
     )
 
 
+PRECISIONS = ("auto", "bf16", "f16", "f32")
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """True when this CPU computes bf16 natively (AVX-512 BF16 or AMX), per /proc/cpuinfo."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
+
+
 def _openvino_config(device: str, precision: str | None, inputs_feed_attention: bool) -> dict:
     """OpenVINO plugin properties (`load_config`) for one graph on `device`."""
+    family = device.split(".")[0]
+    if precision == "auto":
+        precision = "bf16" if family == "CPU" and cpu_has_native_bf16() else None
     if not precision:
         return {}
-    family = device.split(".")[0]
     properties = {"INFERENCE_PRECISION_HINT": precision}
     if family == "CPU" and precision == "bf16" and inputs_feed_attention:
         # OpenVINO 2025.4's fused-attention snippet rejects fp32 graph inputs (the past and cross
