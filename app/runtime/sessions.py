@@ -136,6 +136,9 @@ def create_session(
         providers: list = ["CPUExecutionProvider"]
     else:
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        # OpenVINO optimizes the graph itself; ONNX Runtime's constant folding would first turn
+        # fp16 weights into fp32 copies (measured: +120 MB peak for tiny.en, +360 MB for base).
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         ov_options = {"device_type": device}
         if threads:
             ov_options["num_of_threads"] = str(threads)
