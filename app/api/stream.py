@@ -74,7 +74,6 @@ from app.service.streaming import (
     StreamSegment,
     TranscriptionCancelled,
     VadOptions,
-    load_vad,
 )
 
 log = logging.getLogger(__name__)
@@ -94,8 +93,6 @@ CLOSE_INTERNAL = 1011
 CLOSE_TRY_AGAIN = 1013
 FINISH_TIMEOUT_S = 120.0  # most time a close/commit may take to drain
 QUEUE_RETRY_S = 0.25  # wait before retrying a pass the pool had no room for
-
-_vad_lock = threading.Lock()
 
 
 # ---- page -----------------------------------------------------------------------------------
@@ -142,15 +139,6 @@ def error_event(
         "type": "error",
         "error": {"message": message, "type": type_, "param": param, "code": code},
     }
-
-
-def get_vad(app: Any, settings: Settings) -> SileroVad | None:
-    """The app's VAD model, loaded on first use; None (logged once) if the file is missing."""
-    state = app.state
-    with _vad_lock:
-        if not hasattr(state, "stream_vad"):
-            state.stream_vad = load_vad(settings.models_dir)
-        return state.stream_vad
 
 
 def event_json(event: StreamEvent) -> dict[str, Any]:
@@ -231,8 +219,9 @@ async def audio_stream(websocket: WebSocket) -> None:
     if metrics is not None:
         metrics.active_streams.inc()
     try:
-        vad = await asyncio.to_thread(get_vad, app, settings)  # loaded once, off the loop
-        connection = _Connection(websocket, settings, app.state.registry, app.state.pool, vad)
+        registry: ModelRegistry = app.state.registry
+        vad = registry.vad  # the Silero model the registry loaded beside the Whisper models
+        connection = _Connection(websocket, settings, registry, app.state.pool, vad)
         await connection.run()
     finally:
         app.state.stream_sessions -= 1
@@ -576,7 +565,7 @@ class _Connection:
                                   param="audio") from e  # fmt: skip
             self._append(data)
         elif kind == "input_audio_buffer.commit":
-            self._flush()
+            self._flush(last=False)
         elif kind == "session.close":
             return True
         else:
@@ -614,16 +603,19 @@ class _Connection:
             )  # fmt: skip
         self.wake.set()
 
-    def _flush(self) -> None:
+    def _flush(self, *, last: bool) -> None:
+        """Finalize what was sent; `last`: the stream ends, so the resampler is drained too
+        (after a commit it keeps its few milliseconds of delay for the audio that follows)."""
         if self.session is None:
             return
         assert self.pcm is not None
-        self.session.append(self.pcm.finish())
+        if last:
+            self.session.append(self.pcm.finish())
         self.session.flush()
         self.wake.set()
 
     async def _close_session(self, processor: asyncio.Task) -> tuple[int, str]:
-        self._flush()
+        self._flush(last=True)
         self.closing = True
         self.wake.set()
         finished = asyncio.ensure_future(self.finished.wait())

@@ -49,7 +49,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import soxr
@@ -58,7 +57,7 @@ from app.engine.audio import AudioDecodeError, PcmEncoding, pcm_to_float
 from app.engine.decoding import DecodingCancelled, DecodingOptions, DecodingResult, DecodingTask
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
 from app.engine.tokenizer import Tokenizer
-from app.engine.vad import VAD_FILE, SileroVad, VadModelError, VadOptions, VadStream
+from app.engine.vad import SileroVad, VadOptions, VadStream
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.transcriber import Transcriber, TranscriptionCancelled
 
@@ -68,6 +67,10 @@ TIME_PRECISION = 0.02  # seconds per timestamp token
 WINDOW_S = N_SAMPLES_PER_WINDOW / SAMPLE_RATE  # 30.0
 ADMIT_SLICE = SAMPLE_RATE // 4  # audio is admitted (VAD + buffer) 0.25 s at a time
 MAX_PREFIX_TOKENS = 160  # a longer forced prefix cuts the buffer
+STALL_S = 1.5  # a pass whose text ends this long before its audio stopped early
+FINAL_END_SLACK_S = 1.0  # a finalized last segment ending this close to the pause is closed there
+FINAL_PASSES = 3  # most passes one finalization may take
+CUT_REPEAT_S = 0.3  # a committed word decoded again this close to a buffer cut is a repeat
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _UNIT = re.compile(rf"\s*[{_CJK}]|\s*[^\s{_CJK}]+|\s+$")
 
@@ -202,15 +205,6 @@ class PcmInput:
         return self._resampler.resample_chunk(np.zeros(0, np.float32), last=True)
 
 
-def load_vad(models_dir: Path) -> SileroVad | None:
-    """The Silero VAD model of `models_dir` (`silero_vad.onnx`), or None (logged) if missing."""
-    try:
-        return SileroVad.load(models_dir / VAD_FILE)
-    except VadModelError as e:
-        log.warning("live streams run without VAD: %s", e)
-        return None
-
-
 __all__ = [
     "AudioDecodeError",
     "CommittedText",
@@ -223,7 +217,6 @@ __all__ = [
     "StreamingSession",
     "TranscriptionCancelled",
     "VadOptions",
-    "load_vad",
 ]
 
 
@@ -283,15 +276,28 @@ def split_segments(tokens: Sequence[int], timestamp_begin: int, duration: float)
     return segments
 
 
-def _align(committed: Sequence[str], hyp: Sequence[str]) -> int:
-    """Index in `hyp` where the words after `committed` begin (both are word keys)."""
+def _align(
+    committed: Sequence[str],
+    hyp: Sequence[str],
+    hyp_mid_s: Sequence[float] | None = None,
+    committed_end_s: float | None = None,
+) -> int:
+    """Index in `hyp` where the words after `committed` begin (both are word keys).
+
+    The pass usually repeats the committed words; when it spells or splits them differently,
+    the last committed words are looked up near where they are expected, then matched with
+    difflib. Committed words the pass does not have are not skipped blindly: a hyp word after
+    the last match counts as committed when it is spelled like the committed word there
+    ("apologize"/"apologise") or its middle (`hyp_mid_s`, stream seconds) lies before the end
+    of the committed text (`committed_end_s`); without times, by position.
+    """
     n = len(committed)
     if n == 0:
         return 0
     if list(hyp[:n]) == list(committed):
         return n
     # the last few committed words, found near where they are expected
-    for m in (3, 2, 1):
+    for m in (3, 2):
         if n < m:
             continue
         tail = list(committed[-m:])
@@ -304,10 +310,18 @@ def _align(committed: Sequence[str], hyp: Sequence[str]) -> int:
             return min(candidates, key=lambda k: abs(k - n))
     matcher = difflib.SequenceMatcher(None, list(committed), list(hyp[: n + 5]), autojunk=False)
     blocks = [b for b in matcher.get_matching_blocks() if b.size]
-    if not blocks:
-        return min(n, len(hyp))
-    last = blocks[-1]
-    return max(0, min(len(hyp), last.b + last.size + (n - last.a - last.size)))
+    k, unmatched = (
+        (blocks[-1].b + blocks[-1].size, n - blocks[-1].a - blocks[-1].size) if blocks else (0, n)
+    )
+    for i in range(n - unmatched, n):
+        if k >= len(hyp):
+            break
+        respelled = difflib.SequenceMatcher(None, committed[i], hyp[k]).ratio() >= 0.75
+        timed = hyp_mid_s is not None and committed_end_s is not None
+        if not respelled and timed and hyp_mid_s[k] > committed_end_s:  # type: ignore[index]
+            break  # a different word, later than the committed text: a new one
+        k += 1
+    return k
 
 
 # ---- audio buffer -----------------------------------------------------------------------------
@@ -563,30 +577,43 @@ class StreamingSession:
 
     def _finalize(self, cancel: threading.Event | None) -> None:
         """Commit every word up to `_final_until`; the audio stays as context for what follows
-        (VAD drops it after `context_gap_s` of silence; passes cut it at segment ends)."""
+        (VAD drops it after `context_gap_s` of silence; passes cut it at segment ends).
+
+        When the decoder stopped early (its text ends `STALL_S` before the audio does), the
+        buffer is cut after that text and the rest is decoded again (up to `FINAL_PASSES`)."""
         until = self._final_until
         assert until is not None
-        decoded = self._last_pass
-        words = list(self._previous)  # the last pass's uncommitted words, by default
-        if self._decoded_until < until and until - self._buf.start >= SAMPLE_RATE // 10:
-            fresh = self._run_pass(self._buf.view(until), self._buf.start, cancel)
-            self._decoded_until = max(self._decoded_until, fresh.end)
-            if fresh.result is not None and not fresh.result.looped:
-                decoded = fresh
-                k = _align(self._keys(self._committed_in_buffer), self._keys(fresh.words))
-                words = fresh.words[self._skip_repeats(fresh.words, k) :]
-            # else: keep what the last good pass said
-        else:
-            log.debug("finalize without decoding: %d words", len(words))
-        self._commit(words)
-        self._committed_in_buffer = self._committed_in_buffer + words
-        self._previous = []
+        for attempt in range(FINAL_PASSES):
+            decoded = self._last_pass if attempt == 0 else None
+            words = list(self._previous) if attempt == 0 else []
+            stale = attempt > 0 or self._decoded_until < until
+            if stale and until - self._buf.start >= SAMPLE_RATE // 10:
+                fresh = self._run_pass(self._buf.view(until), self._buf.start, cancel)
+                self._decoded_until = max(self._decoded_until, fresh.end)
+                if fresh.result is not None and not fresh.result.looped:
+                    decoded = fresh
+                    words = fresh.words[self._skip_repeats(fresh.words, self._align(fresh.words)) :]
+                # else: keep what the last good pass said
+            else:
+                log.debug("finalize without decoding: %d words", len(words))
+            self._commit(words)
+            self._committed_in_buffer = self._committed_in_buffer + words
+            self._previous = []
+            stalled = False
+            if decoded is not None and decoded.start == self._buf.start:
+                self._committed_in_buffer = list(decoded.words)
+                final_end_s = (until - decoded.start) / SAMPLE_RATE
+                stalled = self._settle(
+                    decoded, len(decoded.words), forced=False, final_end_s=final_end_s
+                )
+            self._last_pass = None
+            if not stalled or until - self._buf.start < SAMPLE_RATE // 2:
+                break
+            log.debug(
+                "finalize: decoding the %.2f s the decoder skipped",
+                (until - self._buf.start) / SAMPLE_RATE,
+            )
         self._final_until = None
-        if decoded is not None and decoded.start == self._buf.start:
-            self._committed_in_buffer = list(decoded.words)
-            final_end_s = (until - decoded.start) / SAMPLE_RATE
-            self._settle(decoded, len(decoded.words), forced=False, final_end_s=final_end_s)
-        self._last_pass = None
         self._close_segment()
         self._emit_partial("")
 
@@ -607,7 +634,7 @@ class StreamingSession:
             self._emit_partial(self._partial_text(self._previous))
             return
         hyp = decoded.words
-        k = self._skip_repeats(hyp, _align(self._keys(self._committed_in_buffer), self._keys(hyp)))
+        k = self._skip_repeats(hyp, self._align(hyp))
         new = hyp[k:]
         agreed = 0
         for a, b in zip(new, self._previous, strict=False):
@@ -638,24 +665,34 @@ class StreamingSession:
 
     def _settle(
         self, decoded: _Pass, done: int, *, forced: bool, final_end_s: float | None = None
-    ) -> None:
+    ) -> bool:
         """After a pass whose words hyp[:done] are committed: the closed segments holding only
         committed words become the forced prefix of the next pass; a buffer longer than `trim_s`
         is cut at the end of one of them (keeping up to half of `trim_s` as context).
 
-        The pass's last segment may still grow and stays out, except after a finalization
-        (`final_end_s`: where the VAD found the speech over, seconds from the pass start): then
-        it is closed there. Whisper's own end for it was placed with no audio after it, often
-        inside the last word, and forcing that made the next pass decode the word's tail again
-        ("for you you ask").
+        The pass's last segment may still grow and stays out, except
+        - after a finalization (`final_end_s`: where the VAD found the speech over, seconds from
+          the pass start), when it ends near there: then it is closed at `final_end_s`. Whisper's
+          own end for it was placed with no audio after it, often inside the last word, and
+          forcing that made the next pass decode the word's tail again ("for you you ask");
+        - when the decoder closed it and stopped `STALL_S` or more before the audio's end: whisper
+          sometimes ends a window early and then keeps doing so as the buffer grows (the speech
+          after it never gets decoded). The buffer is then cut right after it, whatever its
+          length, so the next pass starts on the skipped speech. Returns True in that case.
         """
         hyp, segments = decoded.words, list(decoded.segments)
+        audio_s = (decoded.end - decoded.start) / SAMPLE_RATE
         limit = len(segments) - 1
-        if final_end_s is not None and segments:
+        stalled = False
+        if segments and segments[-1].closed:
             last = segments[-1]
-            end = max(last.end, min(final_end_s, WINDOW_S))
-            segments[-1] = _Segment(last.start, end, last.tokens, True)
-            limit = len(segments)
+            if final_end_s is not None and final_end_s - last.end <= FINAL_END_SLACK_S:
+                end = max(last.end, min(final_end_s, WINDOW_S))
+                segments[-1] = _Segment(last.start, end, last.tokens, True)
+                limit = len(segments)
+            elif min(audio_s, final_end_s or audio_s) - last.end >= STALL_S:
+                limit = len(segments)
+                stalled = True
         covered = -1
         for i in range(limit):
             if not segments[i].closed:
@@ -664,16 +701,17 @@ class StreamingSession:
             if last_word >= done:
                 break
             covered = i
+        stalled = stalled and covered == len(segments) - 1
         self._prefix = list(segments[: covered + 1])
-        buffer_s = (decoded.end - decoded.start) / SAMPLE_RATE
+        buffer_s = audio_s
         prefix_tokens = sum(len(s.tokens) + 2 for s in self._prefix)
         too_long = buffer_s > self.options.trim_s or prefix_tokens > MAX_PREFIX_TOKENS
-        if covered < 0 or not (too_long or forced):
-            return
+        if covered < 0 or not (too_long or forced or stalled):
+            return False
         keep_s = self.options.trim_s / 2
         ends = [s.end for s in self._prefix]
         fitting = [i for i, e in enumerate(ends) if buffer_s - e <= keep_s]
-        cut_index = fitting[0] if fitting else len(ends) - 1
+        cut_index = len(ends) - 1 if stalled or not fitting else fitting[0]
         cut_s = ends[cut_index]
         cut = decoded.start + round(cut_s * SAMPLE_RATE)
         first_kept = max((j + 1 for j, w in enumerate(hyp) if w.segment <= cut_index), default=0)
@@ -685,16 +723,39 @@ class StreamingSession:
         ]
         self._last_pass = None
         self._close_segment()
-        log.debug("buffer cut at %.2f s (segment end)", cut / SAMPLE_RATE)
+        log.debug("buffer cut at %.2f s (segment end%s)", cut / SAMPLE_RATE,
+                  ", the decoder stopped there" if stalled else "")  # fmt: skip
+        return stalled
+
+    def _align(self, hyp: list[_Word]) -> int:
+        """Where the uncommitted words of a pass begin (see `_align`)."""
+        return _align(
+            self._keys(self._committed_in_buffer),
+            self._keys(hyp),
+            [(w.start + w.end) / 2 for w in hyp],
+            self._committed_end,
+        )
 
     def _skip_repeats(self, hyp: list[_Word], k: int) -> int:
-        """Move `k` past words that repeat the last committed words (2 to 5 of them): a pass
-        sometimes decodes the end of committed speech again after the cut."""
-        recent = self._recent
+        """Move `k` past words that repeat the last committed words: a pass sometimes decodes
+        the end of committed speech again. 2 to 5 words anywhere at the boundary; a single word
+        only at the very start of a buffer that was just cut after it (a segment end that
+        Whisper placed inside the word's sound: "billion and | and profit")."""
+        recent = list(self._recent)
         for n in range(min(5, len(recent), len(hyp) - k), 1, -1):
-            if [w.key for w in hyp[k : k + n]] == [w.key for w in list(recent)[-n:]]:
+            if [w.key for w in hyp[k : k + n]] == [w.key for w in recent[-n:]]:
                 log.debug("skipped %d repeated words at the commit boundary", n)
                 return k + n
+        buffer_start_s = self._buf.start / SAMPLE_RATE
+        if (
+            k == 0
+            and hyp
+            and recent
+            and hyp[0].key == recent[-1].key
+            and hyp[0].start - buffer_start_s < CUT_REPEAT_S
+        ):
+            log.debug("skipped %r repeated after the buffer cut", hyp[0].text)
+            return 1
         return k
 
     def _prefix_tokens(self) -> tuple[tuple[int, ...], int]:

@@ -247,15 +247,19 @@ def test_two_sessions_stay_independent(server: LiveServer) -> None:
 
 
 def test_commit_finalizes_and_session_goes_on(server: LiveServer) -> None:
-    """input_audio_buffer.commit finalizes what was sent; later audio continues the text."""
-    pcm = load_pcm16(JFK_WAV)
-    half = int(4.8 * 16000) * 2  # in the pause after "ask not"
+    """input_audio_buffer.commit finalizes what was sent; later audio continues the text
+    (48 kHz: the server's resampler carries on across the commit)."""
+    pcm = load_pcm16(JFK_WAV, rate=48000)
+    half = int(4.8 * 48000) * 2  # in the pause after "ask not"
+    frame = 9600  # 100 ms
 
     async def go() -> StreamRun:
         run = StreamRun()
         async with connect(ws_url(server)) as ws:
-            for off in range(0, half, 3200):
-                await ws.send(pcm[off : off + 3200])
+            update = {"type": "session.update", "session": {"sample_rate": 48000}}
+            await ws.send(json.dumps(update))
+            for off in range(0, half, frame):
+                await ws.send(pcm[off : off + frame])
             await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
             deadline = time.monotonic() + 60
             text = ""
@@ -264,8 +268,8 @@ def test_commit_finalizes_and_session_goes_on(server: LiveServer) -> None:
                 run.events.append((time.monotonic(), event))
                 if event["type"] == "transcript.text.delta":
                     text += event["delta"]
-            for off in range(half, len(pcm), 3200):
-                await ws.send(pcm[off : off + 3200])
+            for off in range(half, len(pcm), frame):
+                await ws.send(pcm[off : off + frame])
             await ws.send(json.dumps({"type": "session.close"}))
             async for message in ws:
                 run.events.append((time.monotonic(), json.loads(message)))

@@ -126,3 +126,21 @@ def test_streaming_options_are_checked() -> None:
         StreamingOptions(max_buffer_s=40.0)
     with pytest.raises(ValueError, match="task"):
         StreamingOptions(task="summarise")
+
+
+def test_align_does_not_skip_new_words_when_a_committed_word_is_missing() -> None:
+    # committed "... can see in"; the new pass lost "in" and goes on with "2021 we achieved"
+    committed = ["as", "you", "can", "see", "in"]
+    hyp = ["as", "you", "can", "see", "2021", "we", "achieved"]
+    mids = [10.1, 10.3, 10.5, 10.8, 11.6, 12.0, 12.4]
+    assert _align(committed, hyp, mids, committed_end_s=11.1) == 4
+    # ... but a re-spelled committed word (same time) is skipped
+    respelled = ["as", "you", "can", "see", "inn", "2021"]
+    assert _align(committed, respelled, [10.1, 10.3, 10.5, 10.8, 10.95, 11.6], 11.1) == 5
+
+
+def test_align_treats_a_respelled_committed_word_as_committed() -> None:
+    committed = ["the", "year", "2021", "i", "apologize"]
+    hyp = ["the", "year", "2021", "i", "apologise", "for", "being"]
+    mids = [13.0, 13.5, 14.0, 14.2, 15.3, 15.9, 16.3]  # later than the committed end (14.9)
+    assert _align(committed, hyp, mids, committed_end_s=14.9) == 5
