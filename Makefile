@@ -55,5 +55,11 @@ format: setup-dev
 test-docker: setup-dev
 	docker/ci-smoke.sh
 
+## faster-whisper, the peer of benchmarks/, in its own venv (its onnxruntime would replace ours)
+.PHONY: bench-setup
+bench-setup: setup-dev
+	test -x .venv-peer/bin/python || $(PYTHON) -m venv .venv-peer
+	.venv-peer/bin/pip install -q faster-whisper
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -55,7 +55,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, models_dir: Path, workers: int, threads: int, ep: str) -> Server:
+def start_server(
+    model: str,
+    models_dir: Path,
+    workers: int,
+    threads: int,
+    ep: str,
+    extra_env: dict[str, str] | None = None,
+) -> Server:
+    """A uvicorn server on a free port, healthy; extra_env adds STT_* settings."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STT_")}
     env.update(
@@ -67,6 +75,7 @@ def start_server(model: str, models_dir: Path, workers: int, threads: int, ep: s
         STT_EP=ep,
         STT_LOG_LEVEL="WARNING",
     )
+    env.update(extra_env or {})
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
          "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"],

@@ -1,0 +1,114 @@
+"""Warm worker process for our engine (run by the benchmarks with .venv's Python; not for people).
+
+Reads JSON lines on stdin, answers one JSON line per request on stdout:
+  {"op": "load", "model_dir", "ep", "precision", "threads", "kv_cache"} -> {"load_s", "rss_mb"}
+  {"op": "transcribe", "path", "beam_size", "language"?, "kv_cache"?, "temperature"?}
+      -> {"text", "total_s", "audio_decode_s", "stats": TranscriptionStats.as_dict(), ...}
+  {"op": "rss"} -> {"rss_mb", "peak_rss_mb"};  {"op": "quit"}
+End-to-end time = decode the file + transcribe + consume every segment, as `python -m app
+transcribe` does after loading.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from app.engine.audio import decode_audio  # noqa: E402
+from app.engine.tokenizer import Tokenizer  # noqa: E402
+from app.runtime.sessions import RuntimeOptions, WhisperSessions  # noqa: E402
+from app.service.transcriber import Transcriber, TranscriptionOptions  # noqa: E402
+
+
+def rss() -> dict:
+    values = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            key, value = line.split(":", 1)
+            values[key] = int(value.split()[0]) / 1024
+    return {"rss_mb": values["VmRSS"], "peak_rss_mb": values["VmHWM"]}
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.transcriber: Transcriber | None = None
+        self.kv_cache = "concat"
+
+    def load(
+        self, model_dir: str, ep: str, precision: str | None, threads: int, kv_cache: str = "concat"
+    ) -> dict:
+        started = time.perf_counter()
+        folder = Path(model_dir)
+        sessions = WhisperSessions.load(
+            folder, RuntimeOptions(ep=ep, threads=threads, inference_precision=precision)
+        )
+        tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
+        self.transcriber = Transcriber(sessions, tokenizer)
+        self.kv_cache = kv_cache
+        return {"load_s": time.perf_counter() - started, "devices": sessions.devices, **rss()}
+
+    def transcribe(
+        self,
+        path: str,
+        beam_size: int,
+        language: str | None = "en",
+        kv_cache: str | None = None,
+        temperature: float | None = None,
+    ) -> dict:
+        assert self.transcriber is not None
+        extra = {} if temperature is None else {"temperature": (temperature,)}
+        options = TranscriptionOptions(
+            language=language, beam_size=beam_size, kv_cache=kv_cache or self.kv_cache, **extra
+        )
+        t0 = time.perf_counter()
+        audio = decode_audio(Path(path))
+        t1 = time.perf_counter()
+        segments, info = self.transcriber.transcribe(audio, options)
+        segments = list(segments)
+        total = time.perf_counter() - t0
+        return {
+            "text": "".join(s.text for s in segments).strip(),
+            "total_s": total,
+            "audio_decode_s": t1 - t0,
+            "audio_s": audio.shape[0] / 16000,
+            "segments": len(segments),
+            "tokens": sum(len(s.tokens) for s in segments),
+            "stats": info.stats.as_dict(),
+        }
+
+
+def main() -> None:
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything printed by libraries stays off the protocol
+    engine = Engine()
+    for line in sys.stdin:
+        request = json.loads(line)
+        op = request.pop("op")
+        try:
+            if op == "quit":
+                reply: dict = {"ok": True}
+            elif op == "load":
+                reply = engine.load(**request)
+            elif op == "transcribe":
+                reply = engine.transcribe(**request)
+            elif op == "rss":
+                reply = rss()
+            else:
+                reply = {"error": f"unknown op {op}"}
+        except Exception as e:  # report to the driver, keep serving
+            traceback.print_exc()
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+        if op == "quit":
+            break
+
+
+if __name__ == "__main__":
+    main()
