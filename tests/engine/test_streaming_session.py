@@ -16,6 +16,8 @@ from app.service.streaming import (
     StreamingOptions,
     StreamingSession,
     StreamSegment,
+    _Pass,
+    _Segment,
 )
 from app.service.transcriber import Transcriber
 from tests.conftest import MODELS_DIR
@@ -113,3 +115,34 @@ def test_step_option_sets_the_pass_rate(tiny_tr: Transcriber, vad: SileroVad) ->
         counts[step] = session.stats().passes
         assert "fellow americans" in normalise(session.text)
     assert counts[2.0] < counts[1.0]
+
+
+def _fake_pass(session: StreamingSession, segment_end: float) -> _Pass:
+    """A pass over the buffered audio whose one closed segment ends at `segment_end` (s)."""
+    tok = session.tokenizer
+    text = tok.encode(" we are on zoom")
+    seg = _Segment(0.0, segment_end, tuple(text), True)
+    words = session._words([seg], session._buf.start / 16000)
+    return _Pass(words, [seg], session._buf.start, session._buf.end, None)
+
+
+def test_a_pass_that_stops_early_cuts_the_buffer(tiny_tr: Transcriber) -> None:
+    """Whisper sometimes ends its text seconds before the audio ends, and keeps doing so as the
+    buffer grows: once all its words are committed, the buffer is cut after them so the next
+    pass decodes the skipped speech (the 60 s clip lost 12 words to this with base)."""
+    session = StreamingSession(tiny_tr, StreamingOptions(language="en", vad=None), None)
+    session.append(np.zeros(16000 * 8, np.float32))
+    session.advance()
+    stalled = _fake_pass(session, segment_end=5.0)
+    session._committed_in_buffer = list(stalled.words)
+    assert session._settle(stalled, len(stalled.words), forced=False) is True
+    assert session._buf.start == 5 * 16000 and session._committed_in_buffer == []
+
+    # a last segment that ends with the audio may still grow: no cut
+    session = StreamingSession(tiny_tr, StreamingOptions(language="en", vad=None), None)
+    session.append(np.zeros(16000 * 8, np.float32))
+    session.advance()
+    growing = _fake_pass(session, segment_end=7.5)
+    session._committed_in_buffer = list(growing.words)
+    assert session._settle(growing, len(growing.words), forced=False) is False
+    assert session._buf.start == 0 and session._prefix == []
