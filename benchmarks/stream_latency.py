@@ -28,7 +28,6 @@ import difflib
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -49,28 +48,10 @@ SR = 16000
 FRAME_S = 0.1
 TOKENS_PER_SECOND = 50  # encoder positions per second
 
+from benchmarks.api_latency import Server, free_port  # noqa: E402
+
 
 # ---- server -------------------------------------------------------------------------------------
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen | None = None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(model: str, models_dir: Path, extra_env: dict[str, str]) -> Server:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STT_")}
