@@ -353,13 +353,18 @@ def plot(results: list[dict], out_dir: Path, suffix: str) -> list[Path]:
                     values,
                     width,
                     label=CONFIGS[key].label,
+                    color=f"C{list(CONFIGS).index(key)}",
                     hatch="//" if CONFIGS[key].kind == "peer" else None,
                 )
             ax.set_xticks(range(len(beams)), [f"beam {b}" for b in beams])
             ax.set_title(f"{model}, {clip}")
             ax.set_ylabel("RTF (lower is faster)")
             ax.grid(axis="y", alpha=0.3)
-        axes[0][-1].legend(fontsize=8)
+        handles: dict = {}
+        for ax in axes[0]:
+            for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(label, h)
+        axes[0][0].legend(handles.values(), handles.keys(), fontsize=8)
         fig.tight_layout()
         path = out_dir / f"speed{suffix}_{model}.png"
         fig.savefig(path, dpi=110)
