@@ -9,8 +9,9 @@ Server: `uvicorn --factory app.main:create_app` with STT_MODELS=<model>, STT_THR
 STT_WORKERS=1, STT_PRECISION=f32 or bf16 as the row says (the server's default, auto, is bf16
 on this CPU); RSS (VmRSS) and peak RSS (VmHWM) of the server process when /health first answers
 (models loaded and warmed up) and every 10 requests up to `--requests` sequential jfk requests
-(default 100, json, server-default decoding). Next to it, faster-whisper's warm process: after
-loading and after the same number of jfk transcriptions.
+(default 100, json, server-default decoding), and once more after one request of the 60 s
+clip (3 windows with prompts: larger decoder shapes). Next to it, faster-whisper's warm
+process: after loading, after the same number of jfk transcriptions and after the 60 s clip.
 
     .venv/bin/python benchmarks/memory.py            # both models, ~15 min
     .venv/bin/python benchmarks/memory.py --quick    # tiny.en, OV fp32 + fw int8, 20 requests
@@ -155,9 +156,15 @@ def server_curve(model: str, config: Config, args: argparse.Namespace) -> dict:
                 worker.transcribe(common.JFK, 5)
                 if i % 10 == 0 or i == args.requests:
                     samples.append((i, *common.rss_mb(pid)))
+            worker.transcribe(common.EARNINGS, 5)
+            after_long = common.rss_mb(pid)
         finally:
             worker.close()
-        return {"samples": samples, "what": "faster-whisper warm process, jfk beam 5"}
+        return {
+            "samples": samples,
+            "after_long": after_long,
+            "what": "faster-whisper warm process, jfk beam 5",
+        }
     # the server's default precision is "auto" (bf16 on this CPU): name it for every row
     precision = {"STT_PRECISION": config.precision or "f32"} if config.ep == "openvino" else {}
     server = start_server(
@@ -172,9 +179,12 @@ def server_curve(model: str, config: Config, args: argparse.Namespace) -> dict:
                 transcribe(client, server.url, audio, model)
                 if i % 10 == 0 or i == args.requests:
                     samples.append((i, *common.rss_mb(pid)))
+            # then one long request: 3 windows, prompts of ~100 tokens (larger prefill shapes)
+            transcribe(client, server.url, common.EARNINGS.read_bytes(), model)
+            after_long = common.rss_mb(pid)
     finally:
         server.stop()
-    return {"samples": samples, "what": "uvicorn server, jfk requests"}
+    return {"samples": samples, "after_long": after_long, "what": "uvicorn server, jfk requests"}
 
 
 def plot(curves: dict[tuple[str, str], dict], path: Path) -> None:
@@ -285,6 +295,7 @@ def main() -> None:
                 f"{last[1]:.0f}",
                 f"{last[2]:.0f}",
                 verdict,
+                f"{curve['after_long'][0]:.0f} / {curve['after_long'][1]:.0f}",
             ]
         )
     lines += common.table(
@@ -298,6 +309,7 @@ def main() -> None:
             "RSS after",
             "peak after",
             "peak vs target",
+            "then one 60 s request: RSS / peak",
         ],
         rows,
     )
