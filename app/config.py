@@ -56,7 +56,26 @@ class Settings(BaseSettings):
         default="concat", description="Self-attention cache: growing (concat) or fixed buffer."
     )
     threads: int = Field(default=0, ge=0, description="Inference threads per session; 0 = auto.")
-    workers: int = Field(default=1, ge=1, description="Transcriptions running at the same time.")
+    workers: int = Field(
+        default=0,
+        ge=0,
+        description="Transcriptions at the same time; 0 = BATCH_MAX_ROWS if batching, else 1.",
+    )
+    batching: bool = Field(
+        default=True, description="Decode concurrent requests and streams in one decoder call."
+    )
+    batch_max_rows: int = Field(
+        default=8, ge=1, le=64, description="Batching: most sequences (rows) per decoder call."
+    )
+    batch_max_padding: float = Field(
+        default=0.6, ge=0.0, lt=1.0, description="Batching: largest share of padded K/V slots."
+    )
+    batch_wait_ms: float = Field(
+        default=5.0, ge=0.0, le=100.0, description="Batching: wait for the last step's rows (ms)."
+    )
+    batch_max_encode: int = Field(
+        default=2, ge=1, le=16, description="Batching: most 30 s windows per encoder call."
+    )
     max_queue: int = Field(default=8, ge=0, description="Requests waiting for a worker; then 429.")
     max_upload_mb: float = Field(default=25.0, gt=0, description="Largest accepted upload (MiB).")
     max_audio_s: float = Field(
@@ -124,6 +143,13 @@ class Settings(BaseSettings):
                 f"STT_DEFAULT_MODEL={self.default_model!r} is not one of STT_MODELS={self.models}"
             )
         return self
+
+    @property
+    def worker_count(self) -> int:
+        """WORKERS, or its automatic value (0): BATCH_MAX_ROWS with batching, else 1."""
+        if self.workers:
+            return self.workers
+        return self.batch_max_rows if self.batching else 1
 
     @property
     def max_upload_bytes(self) -> int:

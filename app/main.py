@@ -25,6 +25,7 @@ from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, models
 from app.config import Settings
 from app.runtime.sessions import RuntimeOptions
+from app.service.batching import BatchingOptions
 from app.service.pool import WorkerPool
 from app.service.registry import ModelLoadError, ModelRegistry
 from app.service.transcriber import TranscriptionOptions
@@ -60,6 +61,14 @@ def build_registry(settings: Settings) -> ModelRegistry:
     )
     default = settings.resolved_default_model
     aliases = {a: default for a in OPENAI_MODEL_ALIASES if a not in settings.models}
+    batching = None
+    if settings.batching:
+        batching = BatchingOptions(
+            max_rows=settings.batch_max_rows,
+            max_padding=settings.batch_max_padding,
+            wait_ms=settings.batch_wait_ms,
+            max_encode=settings.batch_max_encode,
+        )
     return ModelRegistry(
         models_dir=settings.models_dir,
         names=settings.models,
@@ -67,6 +76,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
         runtime=runtime,
         base_options=TranscriptionOptions(kv_cache=settings.kv_cache),
         aliases=aliases,
+        batching=batching,
     )
 
 
@@ -80,6 +90,8 @@ def _load_models(registry: ModelRegistry, readiness: Readiness, metrics: Metrics
         log.error("model loading failed, the server cannot transcribe: %s", message, exc_info=e)
         readiness.finish(message, time.time())
         return
+    for name, scheduler in registry.schedulers().items():
+        metrics.bind_batching(name, scheduler)
     for info in registry.infos():
         metrics.model_info.labels(
             info.name, info.devices.get("encoder", "?"), info.devices.get("decoder", "?")
@@ -107,6 +119,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         app.state.pool.shutdown(wait=False)
+        registry.close()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -121,7 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     metrics = Metrics()
-    pool = WorkerPool(settings.workers, settings.max_queue)
+    pool = WorkerPool(settings.worker_count, settings.max_queue)
     metrics.bind_pool(pool)
     app.state.settings = settings
     app.state.readiness = Readiness()
@@ -154,7 +167,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.models_dir,
         settings.ep,
         settings.device,
-        settings.workers,
+        settings.worker_count,
         settings.max_queue,
     )
     return app

@@ -23,10 +23,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import require_api_key
 from app.api.deps import get_metrics
+from app.service.batching import BatchingSessions, StepRecord
 from app.service.pool import WorkerPool
 from app.service.registry import TranscriptionResult
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+ROW_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+RATIO_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
 RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 
 
@@ -86,6 +89,48 @@ class Metrics:
             ["model", "encoder_device", "decoder_device"],
             registry=r,
         )
+
+        self.batch_rows = Histogram(
+            "stt_batch_rows",
+            "Rows (sequences) per model call of the batching scheduler, by kind "
+            "(decode = one-token step, prefill, encode = windows)",
+            ["model", "kind"],
+            buckets=ROW_BUCKETS,
+            registry=r,
+        )
+        self.batch_padding = Histogram(
+            "stt_batch_padding_ratio",
+            "Share of padded past K/V slots per batched decoder step",
+            ["model"],
+            buckets=RATIO_BUCKETS,
+            registry=r,
+        )
+        self.batch_queue_wait = Histogram(
+            "stt_batch_queue_wait_seconds",
+            "Longest wait of a call between submission and its model call, by kind",
+            ["model", "kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_step_seconds = Histogram(
+            "stt_batch_step_seconds",
+            "Wall time of one scheduler model call (inputs assembled, outputs split), by kind",
+            ["model", "kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
+    def bind_batching(self, model: str, scheduler: BatchingSessions) -> None:
+        """Observe every model call of a model's batching scheduler."""
+
+        def observe(record: StepRecord) -> None:
+            self.batch_rows.labels(model, record.kind).observe(record.rows)
+            self.batch_queue_wait.labels(model, record.kind).observe(record.queue_wait_s)
+            self.batch_step_seconds.labels(model, record.kind).observe(record.seconds)
+            if record.kind == "decode":
+                self.batch_padding.labels(model).observe(record.padding_ratio)
+
+        scheduler.add_observer(observe)
 
     def bind_pool(self, pool: WorkerPool) -> None:
         """Make the queue gauges read the pool when scraped."""

@@ -24,6 +24,7 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import MODEL_FILES, SAMPLE_RATE
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.service.batching import BatchingOptions, BatchingSessions
 from app.service.transcriber import (
     Segment,
     Transcriber,
@@ -143,7 +144,7 @@ class LoadedModel:
     def __init__(
         self,
         name: str,
-        sessions: WhisperSessions,
+        sessions: WhisperSessions | BatchingSessions,
         tokenizer: Tokenizer,
         base_options: TranscriptionOptions,
         load_s: float,
@@ -151,7 +152,7 @@ class LoadedModel:
         vad: SileroVad | None = None,
     ) -> None:
         self.name = name
-        self.sessions = sessions
+        self.sessions: WhisperSessions | BatchingSessions = sessions
         self.tokenizer = tokenizer
         self.transcriber = Transcriber(sessions, tokenizer, vad=vad)
         self.base_options = base_options
@@ -307,7 +308,9 @@ class ModelRegistry:
         runtime: RuntimeOptions,
         base_options: TranscriptionOptions | None = None,
         aliases: dict[str, str] | None = None,
+        batching: BatchingOptions | None = None,
     ) -> None:
+        """batching: batch the decoder and encoder calls of concurrent jobs (None = off)."""
         if default_model not in names:
             raise ValueError(f"default model {default_model!r} is not one of {list(names)}")
         self.models_dir = models_dir
@@ -316,6 +319,7 @@ class ModelRegistry:
         self.runtime = runtime
         self.base_options = base_options or TranscriptionOptions()
         self.aliases = dict(aliases or {})
+        self.batching = batching
         self._models: dict[str, LoadedModel] = {}
         self._folders: dict[str, Path] = {}
         self.vad: SileroVad | None = None
@@ -341,10 +345,13 @@ class ModelRegistry:
         for name, folder in folders.items():
             t0 = time.perf_counter()
             try:
-                sessions = WhisperSessions.load(folder, self.runtime)
-                tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
+                loaded = WhisperSessions.load(folder, self.runtime)
+                tokenizer = Tokenizer.from_folder(folder, loaded.manifest)
             except Exception as e:
                 raise ModelLoadError(f"could not load model '{name}' from {folder}: {e}") from e
+            sessions: WhisperSessions | BatchingSessions = loaded
+            if self.batching is not None:
+                sessions = BatchingSessions(loaded, self.batching, name=name)
             load_s = time.perf_counter() - t0
             created = int((folder / "manifest.json").stat().st_mtime)
             model = LoadedModel(
@@ -388,3 +395,16 @@ class ModelRegistry:
 
     def infos(self) -> list[ModelInfo]:
         return [m.info for m in self._models.values()]
+
+    def schedulers(self) -> dict[str, BatchingSessions]:
+        """The batching scheduler of each loaded model (empty when batching is off)."""
+        return {
+            name: m.sessions
+            for name, m in self._models.items()
+            if isinstance(m.sessions, BatchingSessions)
+        }
+
+    def close(self) -> None:
+        """Stop the batching schedulers (pending calls are served first)."""
+        for scheduler in self.schedulers().values():
+            scheduler.close()

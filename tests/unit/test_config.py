@@ -25,7 +25,8 @@ def test_defaults() -> None:
     assert s.models == ["base"] and s.default_model == "base"
     assert s.models_dir == Path("models")
     assert (s.ep, s.device, s.kv_cache) == ("openvino", "AUTO", "concat")
-    assert (s.workers, s.max_queue, s.threads) == (1, 8, 0)
+    assert (s.workers, s.max_queue, s.threads) == (0, 8, 0)
+    assert s.batching and s.worker_count == s.batch_max_rows == 8
     assert s.max_upload_bytes == 25 * 1024 * 1024
     assert s.api_key is None and s.cors_origins == []
 
@@ -51,7 +52,13 @@ def test_from_environment(clean_env: pytest.MonkeyPatch) -> None:
     assert "s3cret" not in repr(s)
     assert s.cors_origins == ["http://a.example", "http://b.example"]
     assert (s.workers, s.max_queue, s.log_level) == (2, 0, "DEBUG")
+    assert s.worker_count == 2
     assert s.ov_cache_dir == Path("/tmp/ov")
+
+
+def test_worker_count_without_batching(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("STT_BATCHING", "false")
+    assert Settings().worker_count == 1
 
 
 def test_empty_api_key_means_none(clean_env: pytest.MonkeyPatch) -> None:
@@ -68,9 +75,11 @@ def test_empty_api_key_means_none(clean_env: pytest.MonkeyPatch) -> None:
         ("STT_DEVICE", "TPU"),
         ("STT_EP", "cuda"),
         ("STT_KV_CACHE", "paged"),
-        ("STT_WORKERS", "0"),
+        ("STT_WORKERS", "-1"),
         ("STT_MAX_QUEUE", "-1"),
         ("STT_MAX_UPLOAD_MB", "0"),
+        ("STT_BATCH_MAX_ROWS", "0"),
+        ("STT_BATCH_MAX_PADDING", "1.0"),
     ],
 )
 def test_rejects_bad_values(clean_env: pytest.MonkeyPatch, key: str, value: str) -> None:

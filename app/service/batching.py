@@ -1,0 +1,521 @@
+"""Continuous cross-request batching: one decoder call per step serves every active sequence.
+
+Every request (REST job or live stream) keeps running its own decode loop on its own worker
+thread, unchanged: `BatchingSessions` stands in for `WhisperSessions`, and each `decode()` /
+`encode()` becomes a call handed to ONE scheduler thread that owns the model. The scheduler loops:
+
+1. gather: wait until every caller served by the previous step has its next call in (at most
+   `wait_ms`; a caller that ended its decode, was cancelled or is busy elsewhere is not waited for
+   again), plus whatever else arrived meanwhile;
+2. decode step: one-token calls (T = 1, the steady state of every greedy or beam decode) are
+   packed into groups of at most `max_rows` rows with at most `max_padding` of their past slots
+   padding; each group is ONE decoder call: past self K/V left-padded to the group's longest,
+   `attention_mask` zero over the padding, and each caller gets its rows back;
+3. calls that feed several tokens (a prompt's prefill, the reference `none` cache) run alone;
+4. encoder: up to `max_encode` new 30 s windows in one encoder call; any others wait for the next
+   loop, so running decodes stall for one encoder batch at most.
+
+Cross K/V cost: a decoder row reads its window's cross K/V ([H, 1500, Dh] per layer, 18 MB for
+tiny, 37 MB for base in f32) as much as the weights, so they are never copied per step. Windows
+encoded here are written once into a *slab* of slots ([slots, H, 1500, Dh] per layer); the caller
+gets views of its slot (`CrossKV`, released when the caller drops it). Single-row calls are grouped
+by slot, so a group's cross K/V are one contiguous slice of the slab; a slot in the middle whose
+caller is away this step becomes a dummy row (masked, output dropped) rather than a copy. Other
+calls (beams: several rows on one window; windows from outside) are stacked by copy, and the copy
+is kept while the group's members stay the same.
+
+Sequences join and leave between steps; no caller waits for another to finish. Results equal
+unbatched decoding up to float rounding: padded positions are masked out of attention.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from app.runtime.contract import Manifest
+    from app.runtime.sessions import WhisperSessions
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerClosedError(RuntimeError):
+    """The batching scheduler was closed (the server is shutting down)."""
+
+
+@dataclass(frozen=True)
+class BatchingOptions:
+    """max_rows: decoder rows per call (sequences; a beam-5 decode is 5 rows).
+    max_padding: largest share of a group's past K/V slots that may be padding, in [0, 1).
+    wait_ms: how long a step waits for the previous step's callers to come back.
+    max_encode: 30 s windows per encoder call."""
+
+    max_rows: int = 8
+    max_padding: float = 0.6
+    wait_ms: float = 5.0
+    max_encode: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {self.max_rows}")
+        if not 0.0 <= self.max_padding < 1.0:
+            raise ValueError(f"max_padding must be in [0, 1), got {self.max_padding}")
+        if self.wait_ms < 0:
+            raise ValueError(f"wait_ms must be >= 0, got {self.wait_ms}")
+        if self.max_encode < 1:
+            raise ValueError(f"max_encode must be >= 1, got {self.max_encode}")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One model call made by the scheduler.
+
+    kind: "decode" (a batched one-token step), "prefill" (a multi-token call, alone) or "encode".
+    rows: batch size of the call; calls: callers served by it.
+    padding_ratio: share of the past K/V slots that were padding (0 for prefill and encode).
+    queue_wait_s: longest time a served call waited between its submission and the call's start.
+    seconds: wall time of the model call, assembling inputs and splitting outputs included.
+    """
+
+    kind: str
+    rows: int
+    calls: int
+    padding_ratio: float
+    queue_wait_s: float
+    seconds: float
+
+
+@dataclass
+class BatchingStats:
+    """Totals since start: model calls by kind, rows served by decode steps."""
+
+    decode_steps: int = 0
+    decode_rows: int = 0
+    prefill_calls: int = 0
+    encode_calls: int = 0
+    encode_windows: int = 0
+
+    @property
+    def mean_rows_per_step(self) -> float:
+        return self.decode_rows / self.decode_steps if self.decode_steps else 0.0
+
+
+@dataclass(eq=False)
+class _Call:
+    kind: str  # "decode" | "encode"
+    caller: int  # thread ident
+    inputs: tuple
+    rows: int
+    arrived: float = field(default_factory=time.perf_counter)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: object = None
+    error: BaseException | None = None
+
+    @property
+    def past_len(self) -> int:
+        return int(self.inputs[3][0].shape[2])
+
+    @property
+    def new_tokens(self) -> int:
+        return int(self.inputs[0].shape[1])
+
+    def finish(self, result: object = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+
+
+class CrossKV(list):
+    """One window's cross K/V, `[cross_k_0, cross_v_0, ...]` each f32 [1, H, 1500, Dh], as views
+    of slot `slot` of a `CrossSlab`; the slot is freed when this list is garbage-collected."""
+
+    __slots__ = ("__weakref__", "slab", "slot")
+
+
+class CrossSlab:
+    """Fixed slots for windows' cross K/V: per layer one f32 [slots, H, 1500, Dh] array (memory is
+    committed as slots are first used). Lowest free slot first, so live windows stay packed."""
+
+    def __init__(self, like: list[np.ndarray], slots: int) -> None:
+        self.arrays = [np.empty((slots, *a.shape[1:]), a.dtype) for a in like]
+        self.slots = slots
+        self._free = list(range(slots))
+        self._lock = threading.Lock()
+
+    def store(self, cross: list[np.ndarray], row: int) -> CrossKV | None:
+        """Copy row `row` of encoder outputs into a free slot; None when every slot is taken."""
+        with self._lock:
+            if not self._free:
+                return None
+            slot = self._free.pop(0)
+        for dst, src in zip(self.arrays, cross, strict=True):
+            dst[slot] = src[row]
+        held = CrossKV(a[slot : slot + 1] for a in self.arrays)
+        held.slab, held.slot = self, slot
+        weakref.finalize(held, self._release, slot)
+        return held
+
+    def view(self, lo: int, hi: int) -> list[np.ndarray]:
+        """Slots lo..hi-1 of every layer, [hi - lo, H, 1500, Dh] each (contiguous, no copy)."""
+        return [a[lo:hi] for a in self.arrays]
+
+    @property
+    def used(self) -> int:
+        with self._lock:
+            return self.slots - len(self._free)
+
+    def _release(self, slot: int) -> None:
+        with self._lock:
+            self._free.append(slot)
+            self._free.sort()
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where each call's rows sit in one decoder batch: `offsets[i]` for `calls[i]`; rows not
+    covered by any call are dummy rows."""
+
+    calls: list[_Call]
+    offsets: list[int]
+    rows: int
+
+
+def _padding(layout: _Layout) -> float:
+    longest = max(c.past_len for c in layout.calls)
+    used = sum(c.rows * c.past_len for c in layout.calls)
+    return 1.0 - used / (layout.rows * longest) if longest else 0.0
+
+
+def pack_by_slot(
+    calls: list[_Call], max_rows: int, max_padding: float
+) -> list[tuple[int, _Layout]]:
+    """Single-row calls on slab windows, in slot order, cut into runs of at most `max_rows`
+    consecutive slots (gaps become dummy rows) with at most `max_padding` padding.
+    Returns (first slot, layout) per run."""
+    runs: list[tuple[int, _Layout]] = []
+    for call in sorted(calls, key=lambda c: c.inputs[4].slot):
+        slot = call.inputs[4].slot
+        if runs:
+            lo, layout = runs[-1]
+            candidate = _Layout([*layout.calls, call], [*layout.offsets, slot - lo], slot - lo + 1)
+            if candidate.rows <= max_rows and _padding(candidate) <= max_padding:
+                runs[-1] = (lo, candidate)
+                continue
+        runs.append((slot, _Layout([call], [0], 1)))
+    return runs
+
+
+def pack_groups(calls: list[_Call], max_rows: int, max_padding: float) -> list[_Layout]:
+    """Other one-token calls, sorted by past length (longest first), packed back to back into
+    groups of at most `max_rows` rows (a bigger call is a group of its own) and at most
+    `max_padding` padding."""
+    groups: list[_Layout] = []
+    for call in sorted(calls, key=lambda c: c.past_len, reverse=True):
+        if groups:
+            last = groups[-1]
+            candidate = _Layout(
+                [*last.calls, call], [*last.offsets, last.rows], last.rows + call.rows
+            )
+            if candidate.rows <= max_rows and _padding(candidate) <= max_padding:
+                groups[-1] = candidate
+                continue
+        groups.append(_Layout([call], [0], call.rows))
+    return groups
+
+
+class BatchingSessions:
+    """`WhisperSessions`' interface (`encode`, `decode`, `manifest`, ...) over a scheduler thread
+    that batches the calls of every thread using it. `close()` stops the thread."""
+
+    def __init__(
+        self,
+        sessions: WhisperSessions,
+        options: BatchingOptions | None = None,
+        *,
+        name: str = "model",
+    ) -> None:
+        self.inner = sessions
+        self.options = options or BatchingOptions()
+        self.stats = BatchingStats()
+        self._observers: list[Callable[[StepRecord], None]] = []
+        self._cond = threading.Condition()
+        self._pending: list[_Call] = []
+        self._closed = False
+        self._last_callers: set[int] = set()
+        # stacked cross K/V per group membership: key -> (the members' cross lists, stacked)
+        self._stacked: dict[tuple, tuple[list, list[np.ndarray]]] = {}
+        self._slab: CrossSlab | None = None  # created at the first encode (shapes known then)
+        self._thread = threading.Thread(target=self._loop, name=f"stt-batch-{name}", daemon=True)
+        self._thread.start()
+
+    # -- WhisperSessions' interface ---------------------------------------------------------------
+    @property
+    def manifest(self) -> Manifest:
+        return self.inner.manifest
+
+    @property
+    def folder(self) -> Path:
+        return self.inner.folder
+
+    @property
+    def devices(self) -> dict[str, str]:
+        return self.inner.devices
+
+    @property
+    def ep(self) -> str:
+        return self.inner.ep
+
+    @property
+    def providers(self) -> dict[str, str]:
+        return self.inner.providers
+
+    def empty_past(self, batch: int = 1) -> list[np.ndarray]:
+        return self.inner.empty_past(batch)
+
+    def encode(self, features: np.ndarray) -> list[np.ndarray]:
+        """features f32 [B, n_mels, 3000] -> cross K/V, each [B, H, 1500, Dh] (batched with
+        other callers' windows)."""
+        return self._submit(_Call("encode", threading.get_ident(), (features,), features.shape[0]))
+
+    def decode(
+        self,
+        input_ids: np.ndarray,
+        position_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        past: list[np.ndarray],
+        cross: list[np.ndarray],
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One decoder call of one caller (shapes as `WhisperSessions.decode`), served in the
+        next step together with every other caller's."""
+        rows = input_ids.shape[0]
+        p = past[0].shape[2]
+        if attention_mask.shape != (rows, p + input_ids.shape[1]):
+            raise ValueError(
+                f"attention_mask must be [{rows}, {p + input_ids.shape[1]}], "
+                f"got {list(attention_mask.shape)}"
+            )
+        call = _Call(
+            "decode",
+            threading.get_ident(),
+            (input_ids, position_ids, attention_mask, past, cross),
+            rows,
+        )
+        return self._submit(call)
+
+    # -- observers and lifetime ----------------------------------------------------------------
+    def add_observer(self, observer: Callable[[StepRecord], None]) -> None:
+        """`observer(record)` is called on the scheduler thread after every model call."""
+        self._observers.append(observer)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Serve what is pending, then stop the scheduler thread; later calls raise."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _submit(self, call: _Call):  # type: ignore[no-untyped-def]
+        with self._cond:
+            if self._closed:
+                raise SchedulerClosedError("the model scheduler is closed")
+            self._pending.append(call)
+            self._cond.notify_all()
+        call.done.wait()
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return  # closed and drained
+                self._gather_locked()
+                calls, self._pending = self._pending, []
+            try:
+                leftover = self._serve(calls)
+            except BaseException as e:  # never let the scheduler die with callers waiting
+                log.exception("batching scheduler failed")
+                for call in calls:
+                    if not call.done.is_set():
+                        call.finish(error=e)
+                leftover = []
+            # the served calls hold windows' cross K/V: drop them now, not at the next step
+            del calls
+            if leftover:
+                with self._cond:
+                    self._pending[:0] = leftover
+
+    def _gather_locked(self) -> None:
+        """Wait (lock held, released while waiting) until the previous step's callers are back,
+        or `wait_ms` after the oldest pending call arrived."""
+        deadline = min(c.arrived for c in self._pending) + self.options.wait_ms / 1000
+        while not self._closed:
+            missing = self._last_callers - {c.caller for c in self._pending}
+            remaining = deadline - time.perf_counter()
+            if not missing or remaining <= 0:
+                return
+            self._cond.wait(remaining)
+
+    def _serve(self, calls: list[_Call]) -> list[_Call]:
+        """Run one loop's model calls; returns the encoder calls left for the next loop."""
+        steps = [c for c in calls if c.kind == "decode" and c.new_tokens == 1]
+        prefills = [c for c in calls if c.kind == "decode" and c.new_tokens != 1]
+        encodes = [c for c in calls if c.kind == "encode"]
+        self._last_callers = {c.caller for c in steps + prefills}
+        opts = self.options
+        slotted = [c for c in steps if c.rows == 1 and self._in_slab(c.inputs[4])]
+        others = [c for c in steps if not (c.rows == 1 and self._in_slab(c.inputs[4]))]
+        for lo, layout in pack_by_slot(slotted, opts.max_rows, opts.max_padding):
+            assert self._slab is not None
+            self._decode_group(layout, self._slab.view(lo, lo + layout.rows))
+        live_keys: set[tuple] = set()
+        for layout in pack_groups(others, opts.max_rows, opts.max_padding):
+            if len(layout.calls) == 1:
+                self._decode_alone(layout.calls[0], kind="decode")
+                continue
+            key = tuple((id(c.inputs[4]), c.rows) for c in layout.calls)
+            live_keys.add(key)
+            self._decode_group(layout, self._stacked_cross(key, layout))
+        # stacked copies of groups that did not run this step are dropped
+        for key in list(self._stacked):
+            if key not in live_keys:
+                del self._stacked[key]
+        for call in prefills:
+            self._decode_alone(call, kind="prefill")
+        if encodes:
+            self._encode(encodes[: opts.max_encode])
+        return encodes[opts.max_encode :]
+
+    def _in_slab(self, cross: list[np.ndarray]) -> bool:
+        return isinstance(cross, CrossKV) and cross.slab is self._slab
+
+    def _record(self, record: StepRecord) -> None:
+        for observer in self._observers:
+            try:
+                observer(record)
+            except Exception:  # a metrics hiccup must not fail a decode
+                log.exception("batching observer failed")
+
+    def _decode_alone(self, call: _Call, *, kind: str) -> None:
+        started = time.perf_counter()
+        try:
+            result = self.inner.decode(*call.inputs)
+        except Exception as e:
+            call.finish(error=e)
+            return
+        call.finish(result)
+        if kind == "prefill":
+            self.stats.prefill_calls += 1
+        else:
+            self._count_step(call.rows)
+        waited, seconds = started - call.arrived, time.perf_counter() - started
+        self._record(StepRecord(kind, call.rows, 1, 0.0, waited, seconds))
+
+    def _decode_group(self, layout: _Layout, cross: list[np.ndarray]) -> None:
+        """One decoder call for the one-token calls of `layout`; `cross` has layout.rows rows."""
+        if len(layout.calls) == 1 and layout.rows == layout.calls[0].rows:
+            call = layout.calls[0]
+            self._decode_alone(call, kind="decode")
+            return
+        started = time.perf_counter()
+        rows = layout.rows
+        longest = max(c.past_len for c in layout.calls)
+        try:
+            input_ids = np.zeros((rows, 1), np.int64)  # dummy rows: token 0 at position 0
+            position_ids = np.zeros((rows, 1), np.int64)
+            mask = np.zeros((rows, longest + 1), np.int64)  # [R, P + 1], 0 = padding
+            mask[:, longest] = 1  # a dummy row attends to its own token only
+            first = layout.calls[0].inputs[3]
+            past = [np.zeros((rows, p.shape[1], longest, p.shape[3]), p.dtype) for p in first]
+            for call, offset in zip(layout.calls, layout.offsets, strict=True):
+                rows_of = slice(offset, offset + call.rows)
+                p_len = call.past_len
+                input_ids[rows_of] = call.inputs[0]
+                position_ids[rows_of] = call.inputs[1]
+                mask[rows_of, longest - p_len :] = call.inputs[2]
+                for dst, src in zip(past, call.inputs[3], strict=True):
+                    dst[rows_of, :, longest - p_len :] = src
+            logits, new = self.inner.decode(input_ids, position_ids, mask, past, cross)
+        except Exception:
+            log.exception("batched decoder call failed; its %d calls run alone", len(layout.calls))
+            for call in layout.calls:
+                self._decode_alone(call, kind="decode")
+            return
+        for call, offset in zip(layout.calls, layout.offsets, strict=True):
+            end = offset + call.rows
+            call.finish((logits[offset:end], [n[offset:end] for n in new]))
+        self._count_step(rows)
+        waited = started - min(c.arrived for c in layout.calls)
+        seconds = time.perf_counter() - started
+        record = StepRecord("decode", rows, len(layout.calls), _padding(layout), waited, seconds)
+        self._record(record)
+
+    def _count_step(self, rows: int) -> None:
+        self.stats.decode_steps += 1
+        self.stats.decode_rows += rows
+
+    def _stacked_cross(self, key: tuple, layout: _Layout) -> list[np.ndarray]:
+        """Cross K/V of the layout's rows stacked along the batch axis ([R, H, 1500, Dh] per
+        layer; a batch-1 window is repeated over its rows); reused while the members stay."""
+        found = self._stacked.get(key)
+        if found is not None and all(
+            a is c.inputs[4] for a, c in zip(found[0], layout.calls, strict=True)
+        ):
+            return found[1]
+        stacked = []
+        for layer in range(len(layout.calls[0].inputs[4])):
+            first = layout.calls[0].inputs[4][layer]
+            out = np.empty((layout.rows, *first.shape[1:]), first.dtype)
+            for call, offset in zip(layout.calls, layout.offsets, strict=True):
+                out[offset : offset + call.rows] = call.inputs[4][layer]  # broadcasts batch 1
+            stacked.append(out)
+        self._stacked[key] = ([c.inputs[4] for c in layout.calls], stacked)
+        return stacked
+
+    def _encode(self, calls: list[_Call]) -> None:
+        started = time.perf_counter()
+        try:
+            features = np.concatenate([c.inputs[0] for c in calls]) if len(calls) > 1 else None
+            cross = self.inner.encode(features if features is not None else calls[0].inputs[0])
+        except Exception as e:
+            if len(calls) == 1:
+                calls[0].finish(error=e)
+                return
+            log.exception("batched encoder call failed; encoding its windows one by one")
+            for call in calls:
+                self._encode([call])
+            return
+        offset = 0
+        for call in calls:
+            call.finish(self._hold(cross, offset, call.rows))
+            offset += call.rows
+        windows = sum(c.rows for c in calls)
+        self.stats.encode_calls += 1
+        self.stats.encode_windows += windows
+        waited = started - min(c.arrived for c in calls)
+        seconds = time.perf_counter() - started
+        self._record(StepRecord("encode", windows, len(calls), 0.0, waited, seconds))
+
+    def _hold(self, cross: list[np.ndarray], offset: int, rows: int) -> list[np.ndarray]:
+        """A caller's rows of encoder outputs: a slab slot for a single window when one is free,
+        else plain views of the outputs."""
+        if rows == 1:
+            if self._slab is None:
+                self._slab = CrossSlab(cross, self.options.max_rows + 2 * self.options.max_encode)
+            held = self._slab.store(cross, offset)
+            if held is not None:
+                return held
+        return [c[offset : offset + rows] for c in cross]

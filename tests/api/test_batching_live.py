@@ -1,0 +1,54 @@
+"""Cross-request batching through the live server (batching is on by default): concurrent
+requests get the same transcripts as the same requests one at a time, and /metrics shows that
+their decoder steps were shared."""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.api.conftest import JFK_WAV, LONG_WAV, LiveServer
+
+pytestmark = pytest.mark.timeout(300)
+
+# (clip, beam_size): greedy rows batch across requests; a beam request brings its own rows
+JOBS = [(LONG_WAV, "1"), (JFK_WAV, "1"), (LONG_WAV, "1"), (JFK_WAV, "3"), (JFK_WAV, "1")]
+
+
+def transcribe(server: LiveServer, job: tuple) -> str:
+    path, beam_size = job
+    response = httpx.post(
+        server.url("/v1/audio/transcriptions"),
+        files={"file": (path.name, path.read_bytes())},
+        data={"model": "tiny.en", "beam_size": beam_size, "response_format": "text"},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+def decode_rows(server: LiveServer) -> tuple[float, float]:
+    """(sum, count) of the `stt_batch_rows` histogram for decode steps of tiny.en."""
+    text = httpx.get(server.url("/metrics"), timeout=10).text
+    values = {}
+    for name in ("sum", "count"):
+        pattern = rf'^stt_batch_rows_{name}{{kind="decode",model="tiny.en"}} (\S+)$'
+        match = re.search(pattern, text, flags=re.MULTILINE)
+        values[name] = float(match.group(1)) if match else 0.0
+    return values["sum"], values["count"]
+
+
+def test_concurrent_requests_match_sequential(server: LiveServer) -> None:
+    sequential = [transcribe(server, job) for job in JOBS]
+    rows_before, steps_before = decode_rows(server)
+    with ThreadPoolExecutor(len(JOBS)) as pool:
+        concurrent = list(pool.map(lambda job: transcribe(server, job), JOBS))
+    rows_after, steps_after = decode_rows(server)
+    assert concurrent == sequential
+    assert "fellow Americans" in concurrent[1]
+    steps = steps_after - steps_before
+    assert steps > 0
+    assert (rows_after - rows_before) / steps > 1.5, "decoder steps were shared across requests"

@@ -1,0 +1,85 @@
+"""How the batching scheduler packs one-token decoder calls into batches (no model needed)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from app.service.batching import (
+    BatchingOptions,
+    CrossSlab,
+    _Call,
+    _padding,
+    pack_by_slot,
+    pack_groups,
+)
+
+H, DH, CTX = 2, 4, 6  # heads, head size, audio positions
+
+
+def slab(slots: int = 8) -> CrossSlab:
+    return CrossSlab([np.zeros((1, H, CTX, DH), np.float32)] * 2, slots)
+
+
+def call(past_len: int, rows: int = 1, cross: list | None = None) -> _Call:
+    """A one-token decoder call of `rows` rows with `past_len` cached positions."""
+    past = [np.zeros((rows, H, past_len, DH), np.float32)] * 2
+    cross = cross if cross is not None else [np.zeros((1, H, CTX, DH), np.float32)] * 2
+    inputs = (
+        np.zeros((rows, 1), np.int64),
+        np.full((rows, 1), past_len, np.int64),
+        np.ones((rows, past_len + 1), np.int64),
+        past,
+        cross,
+    )
+    return _Call("decode", 0, inputs, rows)
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="max_rows"):
+        BatchingOptions(max_rows=0)
+    with pytest.raises(ValueError, match="max_padding"):
+        BatchingOptions(max_padding=1.0)
+
+
+def test_groups_respect_row_cap_and_keep_big_calls_whole() -> None:
+    calls = [call(10, rows=5), call(10, rows=5), call(10), call(10), call(10, rows=9)]
+    groups = pack_groups(calls, max_rows=8, max_padding=0.9)
+    assert sorted(g.rows for g in groups) == [5, 7, 9]
+    for group in groups:
+        assert group.offsets == list(np.cumsum([0] + [c.rows for c in group.calls[:-1]]))
+
+
+def test_groups_bound_padding() -> None:
+    long, short = call(100), call(2)
+    assert len(pack_groups([long, short], max_rows=8, max_padding=0.4)) == 2
+    (together,) = pack_groups([long, short], max_rows=8, max_padding=0.6)
+    assert _padding(together) == pytest.approx(1 - 102 / 200)
+
+
+def test_slot_runs_are_contiguous_with_dummy_rows_for_gaps() -> None:
+    s = slab()
+    held = [s.store([np.ones((1, H, CTX, DH), np.float32) * i] * 2, 0) for i in range(5)]
+    calls = {slot: call(20, cross=held[slot]) for slot in (0, 1, 3, 4)}  # slot 2 is away
+    runs = pack_by_slot(list(calls.values()), max_rows=8, max_padding=0.5)
+    assert len(runs) == 1
+    lo, layout = runs[0]
+    assert (lo, layout.rows, layout.offsets) == (0, 5, [0, 1, 3, 4])
+    view = s.view(lo, lo + layout.rows)
+    assert np.shares_memory(view[0], s.arrays[0]) and view[0][3, 0, 0, 0] == 3
+    # a cap of 3 rows cuts the run; slot order is kept
+    runs = pack_by_slot(list(calls.values()), max_rows=3, max_padding=0.5)
+    assert [(lo, layout.offsets) for lo, layout in runs] == [(0, [0, 1]), (3, [0, 1])]
+
+
+def test_slab_slots_are_freed_with_their_window_and_reused_lowest_first() -> None:
+    s = slab(slots=2)
+    encoder_out = [np.ones((2, H, CTX, DH), np.float32)] * 2
+    first, second = s.store(encoder_out, 0), s.store(encoder_out, 1)
+    assert (first.slot, second.slot, s.used) == (0, 1, 2)
+    assert s.store(encoder_out, 0) is None, "no slot left"
+    del first
+    gc.collect()
+    assert s.used == 1 and s.store(encoder_out, 0).slot == 0
