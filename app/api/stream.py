@@ -42,7 +42,7 @@ import json
 import logging
 import threading
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,96 @@ class _Outbox:
 
     def empty(self) -> bool:
         return not self._items
+
+
+# ---- client messages ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AudioAppend:
+    """Raw audio bytes (a binary frame, or the decoded base64 of `input_audio_buffer.append`)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class SessionUpdate:
+    """`session.update`; `patch` is the client's `session` value, not checked yet."""
+
+    patch: Any
+
+
+@dataclass(frozen=True)
+class BufferCommit:
+    """`input_audio_buffer.commit`."""
+
+
+@dataclass(frozen=True)
+class SessionClose:
+    """`session.close`."""
+
+
+ClientMessage = AudioAppend | SessionUpdate | BufferCommit | SessionClose
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_client_message(message: dict[str, Any], max_bytes: int) -> ClientMessage:
+    """One ASGI `websocket.receive` message -> the client event it carries.
+
+    `max_bytes`: largest accepted frame (bytes of a binary frame, characters of a text frame).
+    Raises `StreamError`: with `close=CLOSE_TOO_BIG` for a frame over `max_bytes`, otherwise
+    (`close=None`: report and go on) for an empty message, text that is not a JSON object with a
+    string `type` (NaN/Infinity and absurd nesting included), an unknown type, or `audio` that is
+    not base64. Whether the audio bytes are whole samples is checked later, per session encoding.
+    """
+    data = message.get("bytes")
+    if data is not None:
+        _check_size(len(data), max_bytes)
+        return AudioAppend(bytes(data))
+    text = message.get("text")
+    if text is None:
+        raise StreamError("empty message", "invalid_message")
+    _check_size(len(text), max_bytes)
+    try:
+        event = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise StreamError(
+            f"text messages must be JSON events ({e.msg} at {e.pos}); send audio as binary "
+            "frames or input_audio_buffer.append", "invalid_json",
+        ) from e  # fmt: skip
+    except (ValueError, RecursionError) as e:  # NaN, 5000-digit numbers, [[[[... nesting
+        raise StreamError(f"text messages must be JSON events ({e})", "invalid_json") from e
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise StreamError("an event is a JSON object with a string 'type'", "invalid_event")
+    kind = event["type"]
+    if kind == "session.update":
+        return SessionUpdate(event.get("session"))
+    if kind == "input_audio_buffer.append":
+        audio = event.get("audio")
+        if not isinstance(audio, str):
+            raise StreamError("'audio' must be a base64 string", "invalid_audio", param="audio")
+        try:
+            return AudioAppend(base64.b64decode(audio, validate=True))
+        except (binascii.Error, ValueError) as e:
+            raise StreamError(f"'audio' is not valid base64: {e}", "invalid_audio",
+                              param="audio") from e  # fmt: skip
+    if kind == "input_audio_buffer.commit":
+        return BufferCommit()
+    if kind == "session.close":
+        return SessionClose()
+    raise StreamError(
+        f"unknown event type {kind!r}; expected session.update, input_audio_buffer.append,"
+        " input_audio_buffer.commit or session.close", "unknown_event", param="type",
+    )  # fmt: skip
+
+
+def _check_size(size: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise StreamError(
+            f"message of {size} bytes is larger than the limit of {max_bytes}",
+            "message_too_large", close=CLOSE_TOO_BIG,
+        )  # fmt: skip
 
 
 # ---- the endpoint -----------------------------------------------------------------------------
@@ -531,56 +621,17 @@ class _Connection:
 
     async def _handle(self, message: dict[str, Any]) -> bool:
         """One client message; True when the client asked to close."""
-        data = message.get("bytes")
-        if data is not None:
-            self._check_size(len(data))
-            self._append(data)
-            return False
-        text = message.get("text")
-        if text is None:
-            raise StreamError("empty message", "invalid_message")
-        self._check_size(len(text))
-        try:
-            event = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise StreamError(
-                f"text messages must be JSON events ({e.msg} at {e.pos}); send audio as binary "
-                "frames or input_audio_buffer.append", "invalid_json",
-            ) from e  # fmt: skip
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            raise StreamError("an event is a JSON object with a string 'type'", "invalid_event")
-        kind = event["type"]
-        if kind == "session.update":
-            self._update(event.get("session"))
-            self.outbox.put({"type": "session.updated", "session": self._session_json()})
-        elif kind == "input_audio_buffer.append":
-            audio = event.get("audio")
-            if not isinstance(audio, str):
-                raise StreamError("'audio' must be a base64 string", "invalid_audio",
-                                  param="audio")  # fmt: skip
-            try:
-                data = base64.b64decode(audio, validate=True)
-            except (binascii.Error, ValueError) as e:
-                raise StreamError(f"'audio' is not valid base64: {e}", "invalid_audio",
-                                  param="audio") from e  # fmt: skip
-            self._append(data)
-        elif kind == "input_audio_buffer.commit":
-            self._flush(last=False)
-        elif kind == "session.close":
-            return True
-        else:
-            raise StreamError(
-                f"unknown event type {kind!r}; expected session.update, input_audio_buffer.append,"
-                " input_audio_buffer.commit or session.close", "unknown_event", param="type",
-            )  # fmt: skip
+        match parse_client_message(message, self.max_frame):
+            case AudioAppend(data=data):
+                self._append(data)
+            case SessionUpdate(patch=patch):
+                self._update(patch)
+                self.outbox.put({"type": "session.updated", "session": self._session_json()})
+            case BufferCommit():
+                self._flush(last=False)
+            case SessionClose():
+                return True
         return False
-
-    def _check_size(self, size: int) -> None:
-        if size > self.max_frame:
-            raise StreamError(
-                f"message of {size} bytes is larger than the limit of {self.max_frame}",
-                "message_too_large", close=CLOSE_TOO_BIG,
-            )  # fmt: skip
 
     def _append(self, data: bytes) -> None:
         session = self._start_session()
