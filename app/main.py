@@ -1,12 +1,16 @@
 """The app factory: `uvicorn --factory app.main:create_app`.
 
-Start-up checks that every configured model folder exists (a missing one stops the server with
-a clear message), then loads and warms the models on a background thread: `/health` answers 503
-until they are ready (or with the error if loading failed), then 200 with models and devices.
+Start-up checks that every configured model folder exists, then loads and warms the models on a
+background thread: `/health` answers 503 until they are ready, then 200 with models and devices.
+A missing or broken model is logged as an error and keeps `/health` at 503 with the reason (the
+server stays up: exiting would only have a supervisor restart it into the same error).
+Shutdown (SIGTERM): uvicorn lets the requests in flight finish (up to its
+`--timeout-graceful-shutdown`), then the lifespan waits for the jobs still running to stop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -16,6 +20,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from app.api import docs as docs_api
 from app.api import metrics as metrics_api
 from app.api import stream as stream_api
 from app.api.deps import Readiness
@@ -34,6 +39,7 @@ log = logging.getLogger(__name__)
 
 OPENAI_MODEL_ALIASES = ("whisper-1",)  # names OpenAI clients send by default -> default model
 UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
+SHUTDOWN_DRAIN_S = 30.0  # most time shutdown waits for running (already cancelled) jobs
 
 
 def configure_logging(level: str) -> None:
@@ -103,23 +109,45 @@ def _load_models(registry: ModelRegistry, readiness: Readiness, metrics: Metrics
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     registry: ModelRegistry = app.state.registry
+    readiness: Readiness = app.state.readiness
     try:
         registry.resolve_folders()
     except ModelLoadError as e:
-        log.error("cannot start: %s", e)
-        raise
-    loader = threading.Thread(
-        target=_load_models,
-        args=(registry, app.state.readiness, app.state.metrics),
-        name="stt-loader",
-        daemon=True,
-    )
-    loader.start()
+        # Stay up and say why on /health (503): exiting would only make a supervisor restart
+        # the server into the same error, again and again.
+        log.error("cannot load the models, the server cannot transcribe: %s", e)
+        readiness.finish(str(e), time.time())
+    else:
+        loader = threading.Thread(
+            target=_load_models,
+            args=(registry, readiness, app.state.metrics),
+            name="stt-loader",
+            daemon=True,
+        )
+        loader.start()
     try:
         yield
     finally:
-        app.state.pool.shutdown(wait=False)
+        await _drain(app.state.pool, SHUTDOWN_DRAIN_S)
         registry.close()
+
+
+async def _drain(pool: WorkerPool, timeout_s: float) -> None:
+    """At shutdown: refuse new jobs and drop waiting ones, then wait (at most `timeout_s`) for
+    the running ones to end before the models close.
+
+    uvicorn has already let the requests in flight finish (up to `--timeout-graceful-shutdown`)
+    or cancelled them; a cancelled job stops at its next decoder step.
+    """
+    stats = pool.stats()
+    pool.shutdown(wait=False)
+    if stats.active:
+        log.info("shutdown: waiting for %d running job(s)", stats.active)
+    deadline = time.monotonic() + timeout_s
+    while pool.active and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if pool.active:
+        log.warning("shutdown: %d job(s) still running after %.0f s", pool.active, timeout_s)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -132,6 +160,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Whisper speech-to-text, OpenAI-compatible, on OpenVINO",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /openapi.json come from app.api.docs, behind the API key
+        redoc_url=None,
+        openapi_url=None,
     )
     metrics = Metrics()
     pool = WorkerPool(settings.worker_count, settings.max_queue)
@@ -160,6 +191,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(audio.router)
     app.include_router(metrics_api.router)
     app.include_router(stream_api.router)  # WebSocket /v1/audio/stream + page at /
+    app.include_router(docs_api.router)  # /openapi.json, /docs
     log.info(
         "app created: models %s (default %s) from %s, %s/%s, %d worker(s), queue %d",
         ",".join(settings.models),

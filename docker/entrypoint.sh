@@ -20,7 +20,8 @@ if [ "${1:-}" = "uvicorn" ]; then
                 "models there: ${baked:-none}" >&2
             echo "stt: rebuild with --build-arg MODELS=\"$m\" or mount a models folder" \
                 "at $models_dir" >&2
-            exit 1
+            # No exit: the server starts and /health answers 503 with the reason (the container
+            # turns unhealthy) rather than a restart policy looping on the same error.
         fi
     done
     if [ -n "${STT_OV_CACHE_DIR:-}" ]; then

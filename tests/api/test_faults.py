@@ -1,0 +1,236 @@
+"""Faults, each on its own uvicorn process: SIGTERM drains the requests in flight (up to
+uvicorn's `--timeout-graceful-shutdown`) and exits 0; a model that fails to load leaves the
+server up with /health 503 and the reason (no crash loop); clients that vanish mid-upload or
+mid-stream free the worker at once.
+
+test_strict_server.py covers a disconnect during a decode (plain and SSE); test_lifecycle.py the
+load failures in process. Here: the real process, its signals and its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.api.conftest import (
+    JFK_TEXT,
+    JFK_WAV,
+    LONG_WAV,
+    LiveServer,
+    assert_openai_error,
+    normalise,
+    start_server,
+    stop_server,
+)
+from tests.api.test_stream_ws import load_pcm16, ws_url
+from tests.conftest import model_dir
+
+pytestmark = pytest.mark.timeout(300)
+
+TRANSCRIBE = "/v1/audio/transcriptions"
+# uvicorn (>= 0.29) re-raises the signal it caught once the shutdown is complete, so that
+# supervisors see why it stopped: "killed by SIGTERM" (-15 here, 143 in a shell) is its clean exit.
+CLEAN_EXIT = (0, -signal.SIGTERM)
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> float:  # type: ignore[no-untyped-def]
+    """Poll `predicate` every 20 ms; seconds it took; fails after `timeout_s`."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if predicate():
+            return time.monotonic() - t0
+        time.sleep(0.02)
+    pytest.fail(f"{what}: not within {timeout_s} s")
+
+
+def pool_state(server: LiveServer) -> tuple[int, int]:
+    """(running, queued) jobs from /health."""
+    body = httpx.get(server.url("/health"), timeout=5).json()
+    return body["active"], body["queued"]
+
+
+def post_in_background(server: LiveServer, audio: bytes, results: list) -> threading.Thread:
+    def go() -> None:
+        try:
+            results.append(
+                httpx.post(
+                    server.url(TRANSCRIBE),
+                    files={"file": ("a.wav", audio, "audio/wav")},
+                    timeout=180,
+                )
+            )
+        except httpx.HTTPError as e:
+            results.append(e)
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    return thread
+
+
+# ---- SIGTERM ----------------------------------------------------------------------------------
+def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
+    """A running and a queued request both finish with 200 after SIGTERM; then a clean exit."""
+    server = start_server(
+        tmp_path, "drain", uvicorn_args=["--timeout-graceful-shutdown", "60"], STT_WORKERS="1"
+    )
+    try:
+        running: list = []
+        queued: list = []
+        first = post_in_background(server, LONG_WAV.read_bytes(), running)
+        wait_for(lambda: pool_state(server)[0] == 1, 30, "the long request runs")
+        second = post_in_background(server, JFK_WAV.read_bytes(), queued)
+        wait_for(lambda: pool_state(server)[1] == 1, 30, "the second request waits")
+        server.process.send_signal(signal.SIGTERM)
+        sent_at = time.monotonic()
+        first.join(120)
+        second.join(120)
+        code = server.process.wait(60)
+        print(f"exited {time.monotonic() - sent_at:.2f} s after SIGTERM")
+    finally:
+        stop_server(server)
+    assert isinstance(running[0], httpx.Response), running
+    assert running[0].status_code == 200, running[0].text
+    assert len(running[0].json()["text"].split()) > 60  # 60 s of speech, to the end
+    assert isinstance(queued[0], httpx.Response), queued
+    assert queued[0].status_code == 200, queued[0].text
+    assert normalise(queued[0].json()["text"]) == normalise(JFK_TEXT)
+    assert code in CLEAN_EXIT, server.log_tail()
+    assert "Application shutdown complete" in server.log_tail()
+
+
+def test_sigterm_grace_period_is_bounded(tmp_path: Path) -> None:
+    """With a 1 s grace period, a long request is cut off and the process still exits cleanly,
+    soon; no new connection is accepted after the signal."""
+    server = start_server(
+        tmp_path, "grace", uvicorn_args=["--timeout-graceful-shutdown", "1"], STT_WORKERS="1"
+    )
+    try:
+        results: list = []
+        thread = post_in_background(server, LONG_WAV.read_bytes(), results)
+        wait_for(lambda: pool_state(server)[0] == 1, 30, "the long request runs")
+        server.process.send_signal(signal.SIGTERM)
+        sent_at = time.monotonic()
+        time.sleep(0.3)
+        port = int(server.base_url.rsplit(":", 1)[1])
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        code = server.process.wait(60)
+        took = time.monotonic() - sent_at
+        thread.join(60)
+    finally:
+        stop_server(server)
+    assert code in CLEAN_EXIT, server.log_tail()
+    assert "Application shutdown complete" in server.log_tail()
+    assert took < 15, f"exit took {took:.1f} s with a 1 s grace period"
+    print(f"exited {took:.2f} s after SIGTERM; the client got {results[0]!r}")
+
+
+# ---- a model that does not load ---------------------------------------------------------------
+def broken_models_dir(root: Path) -> Path:
+    """A models folder with `broken` (tiny.en's files, encoder.onnx overwritten with junk)."""
+    broken = root / "broken"
+    shutil.copytree(model_dir("tiny.en"), broken)
+    (broken / "encoder.onnx").write_bytes(b"\x08\x07 not an onnx graph " * 100)
+    return root
+
+
+@pytest.mark.parametrize("model", ["broken", "no-such-model"])
+def test_model_that_fails_to_load(tmp_path: Path, model: str) -> None:
+    """The process stays up (no crash loop), /health is 503 with the reason, the log says it,
+    requests get 503 model_load_failed; SIGTERM still exits cleanly."""
+    models = broken_models_dir(tmp_path / "models")
+    server = start_server(
+        tmp_path, f"fail-{model}", expect_ready=False,
+        STT_MODELS=model, STT_MODELS_DIR=str(models),
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: httpx.get(server.url("/health"), timeout=5).json()["status"] == "failed",
+            120,
+            "/health reports the failure",
+        )
+        health = httpx.get(server.url("/health"), timeout=5)
+        assert health.status_code == 503
+        reason = health.json()["error"]
+        assert model in reason, reason
+        if model == "no-such-model":
+            assert "make models" in reason and "broken" in reason, reason  # what is there
+        r = httpx.post(server.url(TRANSCRIBE), files={"file": JFK_WAV.open("rb")}, timeout=30)
+        error = assert_openai_error(r, 503)
+        assert error["code"] == "model_load_failed" and model in error["message"]
+        time.sleep(1.0)
+        assert server.process.poll() is None, "the server exited: a crash loop under a supervisor"
+        log = server.log_path.read_text()
+        assert "ERROR" in log and model in log, log[-3000:]
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) in CLEAN_EXIT
+    finally:
+        stop_server(server)
+
+
+# ---- clients that vanish ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
+    server = start_server(tmp_path_factory.mktemp("vanish"), "vanish", STT_WORKERS="1")
+    yield server
+    stop_server(server)
+
+
+def test_disconnect_mid_upload_leaves_nothing_behind(one_worker: LiveServer) -> None:
+    """Half a multipart body, then the socket closes: no job starts, the next request is served
+    at once."""
+    port = int(one_worker.base_url.rsplit(":", 1)[1])
+    body = JFK_WAV.read_bytes()
+    head = (
+        f"POST {TRANSCRIBE} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: multipart/form-data; boundary=b0undary\r\n"
+        f"Content-Length: {len(body) + 200}\r\n\r\n"
+        '--b0undary\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+    ).encode()
+    for _ in range(5):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(head + body[: len(body) // 2])
+            time.sleep(0.2)
+    assert pool_state(one_worker) == (0, 0)
+    r = httpx.post(one_worker.url(TRANSCRIBE), files={"file": JFK_WAV.open("rb")}, timeout=60)
+    assert r.status_code == 200 and normalise(r.json()["text"]) == normalise(JFK_TEXT)
+
+
+def test_disconnect_mid_stream_frees_the_worker(one_worker: LiveServer) -> None:
+    """A WebSocket client that drops the TCP connection while its pass decodes: the pass is
+    cancelled, the worker is free within a second, the session count goes back to 0."""
+    flood = load_pcm16(LONG_WAV)  # 60 s of speech at once: passes over 30 s windows
+
+    async def vanish() -> None:
+        async with connect(ws_url(one_worker), max_size=None) as ws:
+            await ws.recv()  # session.created
+            for offset in range(0, len(flood), 32000):
+                await ws.send(flood[offset : offset + 32000])
+            await asyncio.to_thread(
+                wait_for, lambda: pool_state(one_worker)[0] == 1, 30, "a pass runs"
+            )
+            ws.transport.abort()  # no close frame: the client just vanished
+
+    asyncio.run(vanish())
+    gone_at = time.monotonic()
+    freed = wait_for(lambda: pool_state(one_worker) == (0, 0), 10, "the worker is free")
+    print(f"worker free {freed:.3f} s after the client vanished")
+    assert time.monotonic() - gone_at < 1.5, "the pass was not cancelled"
+    metrics = httpx.get(one_worker.url("/metrics"), timeout=10).text
+    wait_for(
+        lambda: "stt_active_streams 0.0" in httpx.get(one_worker.url("/metrics")).text,
+        5,
+        "the session is closed",
+    )
+    assert metrics
+    r = httpx.post(one_worker.url(TRANSCRIBE), files={"file": JFK_WAV.open("rb")}, timeout=60)
+    assert r.status_code == 200
