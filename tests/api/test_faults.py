@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from tests.api.conftest import (
     JFK_TEXT,
@@ -77,14 +78,39 @@ def post_in_background(server: LiveServer, audio: bytes, results: list) -> threa
 
 
 # ---- SIGTERM ----------------------------------------------------------------------------------
+def live_session_in_background(server: LiveServer, results: list) -> threading.Thread:
+    """A WebSocket session sending jfk at real-time pace; appends its close code."""
+
+    async def session() -> None:
+        pcm = load_pcm16(JFK_WAV)
+        async with connect(ws_url(server)) as ws:
+            try:
+                for offset in range(0, len(pcm), 3200):
+                    await ws.send(pcm[offset : offset + 3200])
+                    await asyncio.sleep(0.1)
+                await ws.send('{"type": "session.close"}')
+                async for _ in ws:
+                    pass
+            except ConnectionClosed:
+                pass
+        results.append(ws.close_code)
+
+    thread = threading.Thread(target=asyncio.run, args=(session(),))
+    thread.start()
+    return thread
+
+
 def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
-    """A running and a queued request both finish with 200 after SIGTERM; then a clean exit."""
+    """A running and a queued request both finish with 200 after SIGTERM, a live WebSocket
+    session is closed with 1012 (service restart: reconnect); then a clean exit."""
     server = start_server(
         tmp_path, "drain", uvicorn_args=["--timeout-graceful-shutdown", "60"], STT_WORKERS="1"
     )
     try:
         running: list = []
         queued: list = []
+        closed: list = []
+        live = live_session_in_background(server, closed)
         first = post_in_background(server, LONG_WAV.read_bytes(), running)
         wait_for(lambda: pool_state(server)[0] == 1, 30, "the long request runs")
         second = post_in_background(server, JFK_WAV.read_bytes(), queued)
@@ -93,6 +119,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
         sent_at = time.monotonic()
         first.join(120)
         second.join(120)
+        live.join(60)
         code = server.process.wait(60)
         print(f"exited {time.monotonic() - sent_at:.2f} s after SIGTERM")
     finally:
@@ -103,6 +130,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
     assert isinstance(queued[0], httpx.Response), queued
     assert queued[0].status_code == 200, queued[0].text
     assert normalise(queued[0].json()["text"]) == normalise(JFK_TEXT)
+    assert closed == [1012]
     assert code in CLEAN_EXIT, server.log_tail()
     assert "Application shutdown complete" in server.log_tail()
 
