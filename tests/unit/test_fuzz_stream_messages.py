@@ -1,9 +1,11 @@
 """Property tests (hypothesis) for the WebSocket message parser `parse_client_message`: every
 `websocket.receive` message becomes one client event or a `StreamError` (an `error` event, and
-a close code only for an oversized frame) — never another exception."""
+a close code only for an oversized frame) — never another exception. Likewise for the
+`session.update` values a client sends (`_Connection._update`, with a stand-in registry)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -20,8 +22,13 @@ from app.api.stream import (
     SessionClose,
     SessionUpdate,
     StreamError,
+    _Connection,
     parse_client_message,
 )
+from app.config import Settings
+from app.service.registry import UnknownModelError
+from app.service.streaming import ENCODINGS, StreamingOptions
+from app.service.transcriber import TranscriptionOptions
 
 MAX_BYTES = 8192
 KNOWN_TYPES = [
@@ -152,3 +159,69 @@ def test_non_ascii_base64_is_invalid_audio() -> None:
     with pytest.raises(StreamError) as info:
         parse_client_message(text(event), MAX_BYTES)
     assert info.value.code == "invalid_audio" and info.value.param == "audio"
+
+
+# ---- session.update -----------------------------------------------------------------------------
+class _EnglishModel:
+    name = "tiny.en"
+    multilingual = False
+
+
+class _OneModelRegistry:
+    """What `_Connection` asks of the registry while it configures a session (no model)."""
+
+    base_options = TranscriptionOptions()
+
+    def get(self, name: str | None) -> _EnglishModel:
+        if name not in (None, "tiny.en"):
+            raise UnknownModelError(name, ["tiny.en"])
+        return _EnglishModel()
+
+
+SESSION_VALUES = {
+    "model": st.sampled_from([None, "tiny.en", "base", "../tiny.en"]) | JSON_VALUES,
+    "language": st.sampled_from([None, "", "en", "EN", "english", "de", "xx"]) | JSON_VALUES,
+    "task": st.sampled_from(["transcribe", "translate", "dance"]) | JSON_VALUES,
+    "sample_rate": st.sampled_from([8000, 16000, 48000, 192000, 7999, 192001, 16000.0, True])
+    | JSON_VALUES,
+    "encoding": st.sampled_from(["pcm_s16le", "pcm_f32le", "mp3"]) | JSON_VALUES,
+    "prompt": st.text(max_size=30) | JSON_VALUES,
+    "vad": st.booleans()
+    | st.none()
+    | st.dictionaries(
+        st.sampled_from(["threshold", "silence_duration_ms", "prefix_padding_ms", "type", "x"]),
+        st.floats(allow_nan=False) | st.integers(-(10**6), 10**6) | st.booleans() | JSON_VALUES,
+        max_size=4,
+    )
+    | JSON_VALUES,
+}
+SESSION_PATCHES = st.fixed_dictionaries({}, optional=SESSION_VALUES) | JSON_VALUES
+
+
+@FUZZ
+@given(st.lists(SESSION_PATCHES, min_size=1, max_size=4))
+def test_session_updates(patches: list[Any]) -> None:
+    """Each update is applied whole (a config the session can run with) or refused whole with
+    an error event that keeps the connection open."""
+
+    async def configure() -> None:
+        settings = Settings(models=["tiny.en"])
+        connection = _Connection(None, settings, _OneModelRegistry(), None, vad=object())  # type: ignore[arg-type]
+        for patch in patches:
+            before = dict(connection.config)
+            try:
+                connection._update(patch)
+            except StreamError as e:
+                assert e.close is None and str(e)
+                assert connection.config == before
+                continue
+            config = connection.config
+            assert (
+                isinstance(config["sample_rate"], int) and 8000 <= config["sample_rate"] <= 192000
+            )
+            assert config["encoding"] in ENCODINGS
+            assert config["task"] == "transcribe" and config["language"] == "en"  # English-only
+            assert config["prompt"] is None or isinstance(config["prompt"], str)
+            assert isinstance(connection.options, StreamingOptions)
+
+    asyncio.run(configure())
