@@ -77,7 +77,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     STT_MODELS_DIR=/models \
     STT_HOST=0.0.0.0 \
     STT_PORT=8000 \
-    STT_OV_CACHE_DIR=/cache/openvino
+    STT_OV_CACHE_DIR=/cache/openvino \
+    MALLOC_ARENA_MAX=2 \
+    MALLOC_MMAP_THRESHOLD_=262144 \
+    MALLOC_TRIM_THRESHOLD_=1048576
 
 USER 10001:10001
 WORKDIR /home/stt

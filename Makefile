@@ -7,6 +7,8 @@ MODELS_DIR ?= models
 TEST_MODELS := tiny.en base
 HOST ?= 0.0.0.0
 PORT ?= 8000
+# glibc malloc: big arrays mmapped and returned, two arenas (see app/runtime/memory.py)
+MALLOC_ENV := MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=262144 MALLOC_TRIM_THRESHOLD_=1048576
 
 .PHONY: setup-browser setup setup-dev models test-models run test lint format bench test-docker clean
 
@@ -33,7 +35,7 @@ test-models: setup
 	$(PY) -m app.export vad --models-dir $(MODELS_DIR)
 
 run: models
-	STT_MODELS=$${STT_MODELS:-$(MODEL)} STT_MODELS_DIR=$(MODELS_DIR) \
+	$(MALLOC_ENV) STT_MODELS=$${STT_MODELS:-$(MODEL)} STT_MODELS_DIR=$(MODELS_DIR) \
 	$(PY) -m uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT)
 
 ## Headless Chromium for the page test (Debian package; skipped when already installed)

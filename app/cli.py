@@ -17,6 +17,7 @@ from app.engine.kv_cache import CACHE_MODES
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import ContractError
+from app.runtime.memory import tune_malloc
 from app.runtime.sessions import (
     DEVICES,
     EXECUTION_PROVIDERS,
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    tune_malloc()
     try:
         if args.command == "transcribe":
             return transcribe_command(args)

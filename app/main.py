@@ -29,6 +29,7 @@ from app.api.limits import UploadLimitMiddleware
 from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, models
 from app.config import Settings
+from app.runtime.memory import tune_malloc
 from app.runtime.sessions import RuntimeOptions
 from app.service.batching import BatchingOptions
 from app.service.pool import WorkerPool
@@ -154,6 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the FastAPI app; heavy work (model loading) happens in the lifespan."""
     settings = settings or Settings()
     configure_logging(settings.log_level)
+    tune_malloc()
 
     app = FastAPI(
         title="stt-openvino",

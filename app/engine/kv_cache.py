@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 CacheMode = Literal["concat", "static", "none"]
 CACHE_MODES: tuple[str, ...] = ("concat", "static", "none")
+PREFILL_CHUNK = 32  # most new tokens per decoder call of the concat cache
 
 
 class ContextFullError(RuntimeError):
@@ -181,15 +182,25 @@ class ConcatCache(KVCache):
         for p in absolute:
             if p < start:
                 raise IndexError(f"logits at position {p} were computed by an earlier call")
-        past = self._materialize()
-        new_ids = np.ascontiguousarray(tokens[:, start:], dtype=np.int64)  # [B, T]
-        t = new_ids.shape[1]
-        position_ids = np.broadcast_to(np.arange(start, n, dtype=np.int64), (self.batch, t))
-        mask = np.ones((self.batch, n), np.int64)  # [B, P + T]
-        logits, new = self._decode(new_ids, np.ascontiguousarray(position_ids), mask, past)
-        self._tail = new
-        self.length = n
-        return logits[:, [p - start for p in absolute]]
+        out = np.empty((self.batch, len(absolute), self.sessions.manifest.dims.n_vocab), np.float32)
+        # a long prefix goes in chunks: the graph returns logits for every new position
+        # ([B, T, V], 0.2 MB per position), and OpenVINO keeps buffers for the largest T it saw
+        for chunk_start in range(start, n, PREFILL_CHUNK):
+            chunk_end = min(n, chunk_start + PREFILL_CHUNK)
+            past = self._materialize()
+            new_ids = np.ascontiguousarray(tokens[:, chunk_start:chunk_end], dtype=np.int64)
+            t = chunk_end - chunk_start
+            position_ids = np.broadcast_to(
+                np.arange(chunk_start, chunk_end, dtype=np.int64), (self.batch, t)
+            )
+            mask = np.ones((self.batch, chunk_end), np.int64)  # [B, P + T]
+            logits, new = self._decode(new_ids, np.ascontiguousarray(position_ids), mask, past)
+            self._tail = new
+            self.length = chunk_end
+            for i, p in enumerate(absolute):
+                if chunk_start <= p < chunk_end:
+                    out[:, i] = logits[:, p - chunk_start]
+        return out
 
     def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
         idx = np.asarray(beam_indices, dtype=np.intp)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from app.engine.decoding import DecodingOptions, PrefixMemo, decode
-from app.engine.kv_cache import ConcatCache, StaticCache, make_cache
+from app.engine.kv_cache import PREFILL_CHUNK, ConcatCache, StaticCache, make_cache
 from tests.engine.conftest import EARNINGS, JFK, SPANISH, clip, window_cross
 
 MODES = ("concat", "static", "none")
@@ -113,6 +113,27 @@ def test_static_and_concat_logits_agree_step_by_step(tiny, tiny_tok):
             concat.forward(tokens[:, :n]), static.forward(tokens[:, :n]), atol=2e-3
         )
     assert concat.length == static.length == len(seq)
+
+
+def test_long_prefix_is_fed_in_chunks_with_the_same_logits(tiny, tiny_tok):
+    """A prompt longer than PREFILL_CHUNK goes in several calls; logits at any requested
+    position (in the first chunk, across a chunk edge, the last) equal the no-cache reference."""
+    cross = window_cross(tiny, clip(JFK))
+    prompt = tiny_tok.encode(" We are gathered to review the results for the year." * 8)[:100]
+    seq = [tiny_tok.sot_prev, *prompt, tiny_tok.sot, tiny_tok.no_timestamps]
+    assert len(seq) > 2 * PREFILL_CHUNK
+    tokens = np.array([seq], np.int64)
+    positions = (5, PREFILL_CHUNK - 1, PREFILL_CHUNK, len(seq) - 2, -1)
+    chunked = ConcatCache(tiny, cross)
+    got = chunked.forward(tokens, positions=positions)
+    reference = make_cache("none", tiny, cross).forward(tokens, positions=positions)
+    np.testing.assert_allclose(got, reference, atol=2e-3)
+    assert chunked.calls == -(-len(seq) // PREFILL_CHUNK) and chunked.length == len(seq)
+    # the cache then continues one token at a time as before
+    step = np.concatenate([tokens, [[tiny_tok.encode(" And")[0]]]], axis=1)
+    np.testing.assert_allclose(
+        chunked.forward(step), make_cache("none", tiny, cross).forward(step), atol=2e-3
+    )
 
 
 def test_prefill_is_reused_across_attempts(tiny, tiny_tok):
