@@ -6,14 +6,16 @@ thread, unchanged: `BatchingSessions` stands in for `WhisperSessions`, and each 
 
 1. gather: wait until every caller served by the previous step has its next call in (at most
    `wait_ms`; a caller that ended its decode, was cancelled or is busy elsewhere is not waited for
-   again), plus whatever else arrived meanwhile;
+   again; one that went on to encode its next window is not waited for at all), plus whatever
+   else arrived meanwhile;
 2. decode step: one-token calls (T = 1, the steady state of every greedy or beam decode) are
    packed into groups of at most `max_rows` rows with at most `max_padding` of their past slots
    padding; each group is ONE decoder call: past self K/V left-padded to the group's longest,
    `attention_mask` zero over the padding, and each caller gets its rows back;
 3. calls that feed several tokens (a prompt's prefill, the reference `none` cache) run alone;
-4. encoder: up to `max_encode` new 30 s windows in one encoder call; any others wait for the next
-   loop, so running decodes stall for one encoder batch at most.
+4. encoder: a second thread, the encoder lane, runs up to `max_encode` new 30 s windows per
+   encoder call, next to the decoder lane: running decodes never wait for an encoder call (they
+   share the cores with it; a decoder step is memory-bound and leaves compute to spare).
 
 Cross K/V cost: a decoder row reads its window's cross K/V ([H, 1500, Dh] per layer, 18 MB for
 tiny, 37 MB for base in f32) as much as the weights, so they are never copied per step. Windows
@@ -248,14 +250,20 @@ class BatchingSessions:
         self.stats = BatchingStats()
         self._observers: list[Callable[[StepRecord], None]] = []
         self._cond = threading.Condition()
-        self._pending: list[_Call] = []
+        self._pending: list[_Call] = []  # decoder calls
+        self._encodes: list[_Call] = []
         self._closed = False
-        self._last_callers: set[int] = set()
+        self._last_callers: set[int] = set()  # served by the last two decoder-lane iterations
+        self._previous_callers: set[int] = set()
         # stacked cross K/V per group membership: key -> (the members' cross lists, stacked)
         self._stacked: dict[tuple, tuple[list, list[np.ndarray]]] = {}
         self._slab: CrossSlab | None = None  # created at the first encode (shapes known then)
-        self._thread = threading.Thread(target=self._loop, name=f"stt-batch-{name}", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._decoder_lane, name=f"stt-decode-{name}", daemon=True),
+            threading.Thread(target=self._encoder_lane, name=f"stt-encode-{name}", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     # -- WhisperSessions' interface ---------------------------------------------------------------
     @property
@@ -313,29 +321,36 @@ class BatchingSessions:
 
     # -- observers and lifetime ----------------------------------------------------------------
     def add_observer(self, observer: Callable[[StepRecord], None]) -> None:
-        """`observer(record)` is called on the scheduler thread after every model call."""
+        """`observer(record)` is called on a scheduler thread after every model call."""
         self._observers.append(observer)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Serve what is pending, then stop the scheduler thread; later calls raise."""
+        """Serve what is pending, then stop the scheduler threads; later calls raise."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout)
+        for thread in self._threads:
+            thread.join(timeout)
 
     # -- internals ---------------------------------------------------------------------------------
     def _submit(self, call: _Call):  # type: ignore[no-untyped-def]
         with self._cond:
             if self._closed:
                 raise SchedulerClosedError("the model scheduler is closed")
-            self._pending.append(call)
+            if call.kind == "encode":
+                self._encodes.append(call)
+                # busy encoding: no step waits for it
+                self._last_callers.discard(call.caller)
+                self._previous_callers.discard(call.caller)
+            else:
+                self._pending.append(call)
             self._cond.notify_all()
         call.done.wait()
         if call.error is not None:
             raise call.error
         return call.result
 
-    def _loop(self) -> None:
+    def _decoder_lane(self) -> None:
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
@@ -344,24 +359,36 @@ class BatchingSessions:
                     return  # closed and drained
                 self._gather_locked()
                 calls, self._pending = self._pending, []
-            try:
-                leftover = self._serve(calls)
-            except BaseException as e:  # never let the scheduler die with callers waiting
-                log.exception("batching scheduler failed")
-                for call in calls:
-                    if not call.done.is_set():
-                        call.finish(error=e)
-                leftover = []
-            # the served calls hold windows' cross K/V: drop them now, not at the next step
-            del calls
-            if leftover:
-                with self._cond:
-                    self._pending[:0] = leftover
+            self._run(self._serve, calls)
+            del calls  # they hold windows' cross K/V: drop them now, not at the next step
+
+    def _encoder_lane(self) -> None:
+        while True:
+            with self._cond:
+                while not self._encodes and not self._closed:
+                    self._cond.wait()
+                if not self._encodes:
+                    return
+                batch = self._encodes[: self.options.max_encode]
+                del self._encodes[: self.options.max_encode]
+            self._run(self._encode, batch)
+            del batch
+
+    def _run(self, serve: Callable[[list[_Call]], None], calls: list[_Call]) -> None:
+        """serve(calls); if it fails, every call still waiting gets the error (never a hang)."""
+        try:
+            serve(calls)
+        except BaseException as e:
+            log.exception("batching scheduler failed")
+            for call in calls:
+                if not call.done.is_set():
+                    call.finish(error=e)
 
     def _gather_locked(self) -> None:
-        """Wait (lock held, released while waiting) until the previous step's callers are back,
-        or `wait_ms` after the oldest pending call arrived."""
-        deadline = min(c.arrived for c in self._pending) + self.options.wait_ms / 1000
+        """Wait (lock held, released while waiting) at most `wait_ms` for the callers of the last
+        two steps to be back. Two, not one: two callers that fell out of step (each served alone,
+        in turn) are waited for and merge again."""
+        deadline = time.perf_counter() + self.options.wait_ms / 1000
         while not self._closed:
             missing = self._last_callers - {c.caller for c in self._pending}
             remaining = deadline - time.perf_counter()
@@ -369,12 +396,14 @@ class BatchingSessions:
                 return
             self._cond.wait(remaining)
 
-    def _serve(self, calls: list[_Call]) -> list[_Call]:
-        """Run one loop's model calls; returns the encoder calls left for the next loop."""
-        steps = [c for c in calls if c.kind == "decode" and c.new_tokens == 1]
-        prefills = [c for c in calls if c.kind == "decode" and c.new_tokens != 1]
-        encodes = [c for c in calls if c.kind == "encode"]
-        self._last_callers = {c.caller for c in steps + prefills}
+    def _serve(self, calls: list[_Call]) -> None:
+        """One decoder-lane iteration: the batched step, then the multi-token calls."""
+        steps = [c for c in calls if c.new_tokens == 1]
+        prefills = [c for c in calls if c.new_tokens != 1]
+        with self._cond:
+            served = {c.caller for c in calls}
+            self._last_callers = served | self._previous_callers
+            self._previous_callers = served
         opts = self.options
         slotted = [c for c in steps if c.rows == 1 and self._in_slab(c.inputs[4])]
         others = [c for c in steps if not (c.rows == 1 and self._in_slab(c.inputs[4]))]
@@ -395,9 +424,6 @@ class BatchingSessions:
                 del self._stacked[key]
         for call in prefills:
             self._decode_alone(call, kind="prefill")
-        if encodes:
-            self._encode(encodes[: opts.max_encode])
-        return encodes[opts.max_encode :]
 
     def _in_slab(self, cross: list[np.ndarray]) -> bool:
         return isinstance(cross, CrossKV) and cross.slab is self._slab
