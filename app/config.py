@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     batch_max_encode: int = Field(
         default=2, ge=1, le=16, description="Batching: most 30 s windows per encoder call."
     )
+    batch_lanes: int = Field(
+        default=1, ge=1, le=4, description="Batching: decoder calls in flight at once."
+    )
     max_queue: int = Field(default=8, ge=0, description="Requests waiting for a worker; then 429.")
     max_upload_mb: float = Field(default=25.0, gt=0, description="Largest accepted upload (MiB).")
     max_audio_s: float = Field(

@@ -75,6 +75,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
             max_padding=settings.batch_max_padding,
             wait_ms=settings.batch_wait_ms,
             max_encode=settings.batch_max_encode,
+            lanes=settings.batch_lanes,
         )
     return ModelRegistry(
         models_dir=settings.models_dir,

@@ -12,7 +12,11 @@ thread, unchanged: `BatchingSessions` stands in for `WhisperSessions`, and each 
    packed into groups of at most `max_rows` rows with at most `max_padding` of their past slots
    padding; each group is ONE decoder call: past self K/V left-padded to the group's longest,
    `attention_mask` zero over the padding, and each caller gets its rows back;
-3. calls that feed several tokens (a prompt's prefill, the reference `none` cache) run alone;
+3. calls that feed several tokens (prompt chunks of `PREFILL_CHUNK`, the reference `none`
+   cache) are batched the same way with calls of the same length;
+   `lanes` > 1 decoder-lane threads take turns: while one lane's call runs, the sequences it is
+   not serving do their Python part of the step (logit filters, search) and gather in another
+   lane (measured on 2 cores: no gain over one lane, so the default is 1);
 4. encoder: a second thread, the encoder lane, runs up to `max_encode` new 30 s windows per
    encoder call, next to the decoder lane: running decodes never wait for an encoder call (they
    share the cores with it; a decoder step is memory-bound and leaves compute to spare).
@@ -60,12 +64,15 @@ class BatchingOptions:
     """max_rows: decoder rows per call (sequences; a beam-5 decode is 5 rows).
     max_padding: largest share of a group's past K/V slots that may be padding, in [0, 1).
     wait_ms: how long a step waits for the previous step's callers to come back.
-    max_encode: 30 s windows per encoder call."""
+    max_encode: 30 s windows per encoder call.
+    lanes: decoder calls in flight at once. With 2, one cohort of sequences runs its Python part
+        of a step (logit filters, search) while another cohort's decoder call runs."""
 
     max_rows: int = 8
     max_padding: float = 0.6
     wait_ms: float = 5.0
     max_encode: int = 2
+    lanes: int = 1
 
     def __post_init__(self) -> None:
         if self.max_rows < 1:
@@ -76,13 +83,15 @@ class BatchingOptions:
             raise ValueError(f"wait_ms must be >= 0, got {self.wait_ms}")
         if self.max_encode < 1:
             raise ValueError(f"max_encode must be >= 1, got {self.max_encode}")
+        if self.lanes < 1:
+            raise ValueError(f"lanes must be >= 1, got {self.lanes}")
 
 
 @dataclass(frozen=True)
 class StepRecord:
     """One model call made by the scheduler.
 
-    kind: "decode" (a batched one-token step), "prefill" (a multi-token call, alone) or "encode".
+    kind: "decode" (one new token per row), "prefill" (several: prompt chunks) or "encode".
     rows: batch size of the call; calls: callers served by it.
     padding_ratio: share of the past K/V slots that were padding (0 for prefill and encode).
     queue_wait_s: longest time a served call waited between its submission and the call's start.
@@ -99,7 +108,8 @@ class StepRecord:
 
 @dataclass
 class BatchingStats:
-    """Totals since start: model calls by kind, rows served by decode steps."""
+    """Totals since start: model calls by kind, sequences (rows without dummy rows) served by
+    decode steps."""
 
     decode_steps: int = 0
     decode_rows: int = 0
@@ -138,19 +148,26 @@ class _Call:
 
 class CrossKV(list):
     """One window's cross K/V, `[cross_k_0, cross_v_0, ...]` each f32 [1, H, 1500, Dh], as views
-    of slot `slot` of a `CrossSlab`; the slot is freed when this list is garbage-collected."""
+    of slot `slot` of a `CrossSlab`; the slot is freed when this list is garbage-collected. The
+    slab may move the window to a lower slot: it then re-points the list's items in place."""
 
-    __slots__ = ("__weakref__", "slab", "slot")
+    __slots__ = ("__weakref__", "_cell", "slab")
+
+    @property
+    def slot(self) -> int:
+        return self._cell[0]
 
 
 class CrossSlab:
     """Fixed slots for windows' cross K/V: per layer one f32 [slots, H, 1500, Dh] array (memory is
-    committed as slots are first used). Lowest free slot first, so live windows stay packed."""
+    committed as slots are first used). Lowest free slot first, and `compact()` moves windows
+    down into freed slots, so live windows stay packed and a group needs no dummy rows."""
 
     def __init__(self, like: list[np.ndarray], slots: int) -> None:
         self.arrays = [np.empty((slots, *a.shape[1:]), a.dtype) for a in like]
         self.slots = slots
         self._free = list(range(slots))
+        self._holders: dict[int, weakref.ref[CrossKV]] = {}
         self._lock = threading.Lock()
 
     def store(self, cross: list[np.ndarray], row: int) -> CrossKV | None:
@@ -162,9 +179,35 @@ class CrossSlab:
         for dst, src in zip(self.arrays, cross, strict=True):
             dst[slot] = src[row]
         held = CrossKV(a[slot : slot + 1] for a in self.arrays)
-        held.slab, held.slot = self, slot
-        weakref.finalize(held, self._release, slot)
+        held.slab, held._cell = self, [slot]
+        with self._lock:
+            self._holders[slot] = weakref.ref(held)
+        weakref.finalize(held, self._release, held._cell)
         return held
+
+    def compact(self) -> int:
+        """Move the windows of the highest used slots into lower free ones; returns the moves.
+        Only the thread that reads the slab (the decoder lane) may call this."""
+        moves = 0
+        while True:
+            with self._lock:
+                lowest_free = self._free[0] if self._free else self.slots
+                above = [slot for slot in self._holders if slot > lowest_free]
+                holder = self._holders[max(above)]() if above else None
+                if holder is None:
+                    return moves
+                source, target = holder.slot, self._free.pop(0)
+            for layer, array in enumerate(self.arrays):
+                array[target] = array[source]
+                holder[layer] = array[target : target + 1]
+            with self._lock:
+                holder._cell[0] = target
+                del self._holders[source]
+                self._holders[target] = weakref.ref(holder)
+                self._free.append(source)
+                self._free.sort()
+            del holder
+            moves += 1
 
     def view(self, lo: int, hi: int) -> list[np.ndarray]:
         """Slots lo..hi-1 of every layer, [hi - lo, H, 1500, Dh] each (contiguous, no copy)."""
@@ -175,9 +218,10 @@ class CrossSlab:
         with self._lock:
             return self.slots - len(self._free)
 
-    def _release(self, slot: int) -> None:
+    def _release(self, cell: list[int]) -> None:
         with self._lock:
-            self._free.append(slot)
+            self._holders.pop(cell[0], None)
+            self._free.append(cell[0])
             self._free.sort()
 
 
@@ -195,6 +239,11 @@ def _padding(layout: _Layout) -> float:
     longest = max(c.past_len for c in layout.calls)
     used = sum(c.rows * c.past_len for c in layout.calls)
     return 1.0 - used / (layout.rows * longest) if longest else 0.0
+
+
+def _kind(call: _Call) -> str:
+    """StepRecord kind of a decoder call: "decode" (one new token per row) or "prefill"."""
+    return "decode" if call.new_tokens == 1 else "prefill"
 
 
 def pack_by_slot(
@@ -255,13 +304,16 @@ class BatchingSessions:
         self._closed = False
         self._last_callers: set[int] = set()  # served by the last two decoder-lane iterations
         self._previous_callers: set[int] = set()
-        # stacked cross K/V per group membership: key -> (the members' cross lists, stacked)
-        self._stacked: dict[tuple, tuple[list, list[np.ndarray]]] = {}
+        self._in_flight: set[int] = set()  # callers whose calls a lane is serving now
+        self._stats_lock = threading.Lock()
         self._slab: CrossSlab | None = None  # created at the first encode (shapes known then)
         self._threads = [
-            threading.Thread(target=self._decoder_lane, name=f"stt-decode-{name}", daemon=True),
-            threading.Thread(target=self._encoder_lane, name=f"stt-encode-{name}", daemon=True),
+            threading.Thread(target=self._decoder_lane, name=f"stt-decode{i}-{name}", daemon=True)
+            for i in range(self.options.lanes)
         ]
+        self._threads.append(
+            threading.Thread(target=self._encoder_lane, name=f"stt-encode-{name}", daemon=True)
+        )
         for thread in self._threads:
             thread.start()
 
@@ -351,6 +403,8 @@ class BatchingSessions:
         return call.result
 
     def _decoder_lane(self) -> None:
+        # stacked cross K/V per group membership: key -> (the members' cross lists, stacked)
+        stacked: dict[tuple, tuple[list, list[np.ndarray]]] = {}
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
@@ -359,7 +413,11 @@ class BatchingSessions:
                     return  # closed and drained
                 self._gather_locked()
                 calls, self._pending = self._pending, []
-            self._run(self._serve, calls)
+                callers = {c.caller for c in calls}
+                self._in_flight |= callers
+            self._run(lambda batch: self._serve(batch, stacked), calls)
+            with self._cond:
+                self._in_flight -= callers
             del calls  # they hold windows' cross K/V: drop them now, not at the next step
 
     def _encoder_lane(self) -> None:
@@ -390,40 +448,42 @@ class BatchingSessions:
         in turn) are waited for and merge again."""
         deadline = time.perf_counter() + self.options.wait_ms / 1000
         while not self._closed:
-            missing = self._last_callers - {c.caller for c in self._pending}
+            missing = self._last_callers - self._in_flight - {c.caller for c in self._pending}
             remaining = deadline - time.perf_counter()
             if not missing or remaining <= 0:
                 return
             self._cond.wait(remaining)
 
-    def _serve(self, calls: list[_Call]) -> None:
-        """One decoder-lane iteration: the batched step, then the multi-token calls."""
-        steps = [c for c in calls if c.new_tokens == 1]
-        prefills = [c for c in calls if c.new_tokens != 1]
+    def _serve(self, calls: list[_Call], stacked: dict) -> None:
+        """One decoder-lane iteration: calls with the same number of new tokens T are batched
+        (T = 1: the steps; T = PREFILL_CHUNK: prompt chunks), each T on its own.
+        stacked: this lane's stacked cross K/V, by group membership."""
         with self._cond:
             served = {c.caller for c in calls}
             self._last_callers = served | self._previous_callers
             self._previous_callers = served
         opts = self.options
-        slotted = [c for c in steps if c.rows == 1 and self._in_slab(c.inputs[4])]
-        others = [c for c in steps if not (c.rows == 1 and self._in_slab(c.inputs[4]))]
-        for lo, layout in pack_by_slot(slotted, opts.max_rows, opts.max_padding):
-            assert self._slab is not None
-            self._decode_group(layout, self._slab.view(lo, lo + layout.rows))
+        if self._slab is not None:
+            self._slab.compact()
         live_keys: set[tuple] = set()
-        for layout in pack_groups(others, opts.max_rows, opts.max_padding):
-            if len(layout.calls) == 1:
-                self._decode_alone(layout.calls[0], kind="decode")
-                continue
-            key = tuple((id(c.inputs[4]), c.rows) for c in layout.calls)
-            live_keys.add(key)
-            self._decode_group(layout, self._stacked_cross(key, layout))
+        for new_tokens in sorted({c.new_tokens for c in calls}):
+            same_t = [c for c in calls if c.new_tokens == new_tokens]
+            slotted = [c for c in same_t if c.rows == 1 and self._in_slab(c.inputs[4])]
+            others = [c for c in same_t if not (c.rows == 1 and self._in_slab(c.inputs[4]))]
+            for lo, layout in pack_by_slot(slotted, opts.max_rows, opts.max_padding):
+                assert self._slab is not None
+                self._decode_group(layout, self._slab.view(lo, lo + layout.rows))
+            for layout in pack_groups(others, opts.max_rows, opts.max_padding):
+                if len(layout.calls) == 1:
+                    self._decode_alone(layout.calls[0])
+                    continue
+                key = tuple((id(c.inputs[4]), c.rows, new_tokens) for c in layout.calls)
+                live_keys.add(key)
+                self._decode_group(layout, self._stacked_cross(stacked, key, layout))
         # stacked copies of groups that did not run this step are dropped
-        for key in list(self._stacked):
+        for key in list(stacked):
             if key not in live_keys:
-                del self._stacked[key]
-        for call in prefills:
-            self._decode_alone(call, kind="prefill")
+                del stacked[key]
 
     def _in_slab(self, cross: list[np.ndarray]) -> bool:
         return isinstance(cross, CrossKV) and cross.slab is self._slab
@@ -435,7 +495,7 @@ class BatchingSessions:
             except Exception:  # a metrics hiccup must not fail a decode
                 log.exception("batching observer failed")
 
-    def _decode_alone(self, call: _Call, *, kind: str) -> None:
+    def _decode_alone(self, call: _Call) -> None:
         started = time.perf_counter()
         try:
             result = self.inner.decode(*call.inputs)
@@ -443,27 +503,25 @@ class BatchingSessions:
             call.finish(error=e)
             return
         call.finish(result)
-        if kind == "prefill":
-            self.stats.prefill_calls += 1
-        else:
-            self._count_step(call.rows)
         waited, seconds = started - call.arrived, time.perf_counter() - started
-        self._record(StepRecord(kind, call.rows, 1, 0.0, waited, seconds))
+        self._count(call.new_tokens, call.rows)
+        self._record(StepRecord(_kind(call), call.rows, 1, 0.0, waited, seconds))
 
     def _decode_group(self, layout: _Layout, cross: list[np.ndarray]) -> None:
-        """One decoder call for the one-token calls of `layout`; `cross` has layout.rows rows."""
+        """One decoder call for the calls of `layout` (all with the same number of new tokens T);
+        `cross` has layout.rows rows."""
         if len(layout.calls) == 1 and layout.rows == layout.calls[0].rows:
-            call = layout.calls[0]
-            self._decode_alone(call, kind="decode")
+            self._decode_alone(layout.calls[0])
             return
         started = time.perf_counter()
         rows = layout.rows
+        new_tokens = layout.calls[0].new_tokens
         longest = max(c.past_len for c in layout.calls)
         try:
-            input_ids = np.zeros((rows, 1), np.int64)  # dummy rows: token 0 at position 0
-            position_ids = np.zeros((rows, 1), np.int64)
-            mask = np.zeros((rows, longest + 1), np.int64)  # [R, P + 1], 0 = padding
-            mask[:, longest] = 1  # a dummy row attends to its own token only
+            input_ids = np.zeros((rows, new_tokens), np.int64)  # dummy rows: token 0, position 0
+            position_ids = np.zeros((rows, new_tokens), np.int64)
+            mask = np.zeros((rows, longest + new_tokens), np.int64)  # [R, P + T], 0 = padding
+            mask[:, longest:] = 1  # a dummy row attends to its own tokens only
             first = layout.calls[0].inputs[3]
             past = [np.zeros((rows, p.shape[1], longest, p.shape[3]), p.dtype) for p in first]
             for call, offset in zip(layout.calls, layout.offsets, strict=True):
@@ -478,38 +536,43 @@ class BatchingSessions:
         except Exception:
             log.exception("batched decoder call failed; its %d calls run alone", len(layout.calls))
             for call in layout.calls:
-                self._decode_alone(call, kind="decode")
+                self._decode_alone(call)
             return
         for call, offset in zip(layout.calls, layout.offsets, strict=True):
             end = offset + call.rows
             call.finish((logits[offset:end], [n[offset:end] for n in new]))
-        self._count_step(rows)
+        self._count(new_tokens, sum(c.rows for c in layout.calls))
         waited = started - min(c.arrived for c in layout.calls)
         seconds = time.perf_counter() - started
-        record = StepRecord("decode", rows, len(layout.calls), _padding(layout), waited, seconds)
+        kind = _kind(layout.calls[0])
+        record = StepRecord(kind, rows, len(layout.calls), _padding(layout), waited, seconds)
         self._record(record)
 
-    def _count_step(self, rows: int) -> None:
-        self.stats.decode_steps += 1
-        self.stats.decode_rows += rows
+    def _count(self, new_tokens: int, rows: int) -> None:
+        with self._stats_lock:
+            if new_tokens == 1:
+                self.stats.decode_steps += 1
+                self.stats.decode_rows += rows
+            else:
+                self.stats.prefill_calls += 1
 
-    def _stacked_cross(self, key: tuple, layout: _Layout) -> list[np.ndarray]:
+    def _stacked_cross(self, stacked: dict, key: tuple, layout: _Layout) -> list[np.ndarray]:
         """Cross K/V of the layout's rows stacked along the batch axis ([R, H, 1500, Dh] per
         layer; a batch-1 window is repeated over its rows); reused while the members stay."""
-        found = self._stacked.get(key)
+        found = stacked.get(key)
         if found is not None and all(
             a is c.inputs[4] for a, c in zip(found[0], layout.calls, strict=True)
         ):
             return found[1]
-        stacked = []
+        arrays = []
         for layer in range(len(layout.calls[0].inputs[4])):
             first = layout.calls[0].inputs[4][layer]
             out = np.empty((layout.rows, *first.shape[1:]), first.dtype)
             for call, offset in zip(layout.calls, layout.offsets, strict=True):
                 out[offset : offset + call.rows] = call.inputs[4][layer]  # broadcasts batch 1
-            stacked.append(out)
-        self._stacked[key] = ([c.inputs[4] for c in layout.calls], stacked)
-        return stacked
+            arrays.append(out)
+        stacked[key] = ([c.inputs[4] for c in layout.calls], arrays)
+        return arrays
 
     def _encode(self, calls: list[_Call]) -> None:
         started = time.perf_counter()
@@ -529,8 +592,9 @@ class BatchingSessions:
             call.finish(self._hold(cross, offset, call.rows))
             offset += call.rows
         windows = sum(c.rows for c in calls)
-        self.stats.encode_calls += 1
-        self.stats.encode_windows += windows
+        with self._stats_lock:
+            self.stats.encode_calls += 1
+            self.stats.encode_windows += windows
         waited = started - min(c.arrived for c in calls)
         seconds = time.perf_counter() - started
         self._record(StepRecord("encode", windows, len(calls), 0.0, waited, seconds))

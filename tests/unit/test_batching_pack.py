@@ -83,3 +83,18 @@ def test_slab_slots_are_freed_with_their_window_and_reused_lowest_first() -> Non
     del first
     gc.collect()
     assert s.used == 1 and s.store(encoder_out, 0).slot == 0
+
+
+def test_compaction_moves_windows_down_and_repoints_their_views() -> None:
+    s = slab(slots=4)
+    windows = [s.store([np.full((1, H, CTX, DH), i, np.float32)] * 2, 0) for i in range(3)]
+    del windows[1]  # slot 1 frees
+    gc.collect()
+    assert s.compact() == 1
+    last = windows[1]
+    assert last.slot == 1 and s.used == 2
+    assert np.shares_memory(last[0], s.view(1, 2)[0]) and (last[0] == 2).all()
+    assert s.compact() == 0, "already packed"
+    del last, windows
+    gc.collect()
+    assert s.used == 0, "the moved window frees its new slot"
