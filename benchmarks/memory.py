@@ -6,7 +6,8 @@ files from .cache/bench/models-fp16/), run as a child process; its peak RSS is t
 runs benchmarks/peer_worker.py once in .venv-peer (WhisperModel + transcribe, the same weights).
 
 Server: `uvicorn --factory app.main:create_app` with STT_MODELS=<model>, STT_THREADS=2,
-STT_WORKERS=1, STT_PRECISION=f32 or bf16 as the row says (the server's default, auto, is bf16
+STT_WORKERS=1, the glibc malloc settings of `make run` in the environment (app/runtime/memory.py),
+STT_PRECISION=f32 or bf16 as the row says (the server's default, auto, is bf16
 on this CPU); RSS (VmRSS) and peak RSS (VmHWM) of the server process when /health first answers
 (models loaded and warmed up) and every 10 requests up to `--requests` sequential jfk requests
 (default 100, json, server-default decoding), and once more after one request of the 60 s
@@ -35,6 +36,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from app.runtime.memory import malloc_environment  # noqa: E402
 from benchmarks import common  # noqa: E402
 from benchmarks.api_latency import start_server, transcribe  # noqa: E402
 from benchmarks.common import CONFIGS, Config  # noqa: E402
@@ -167,8 +169,14 @@ def server_curve(model: str, config: Config, args: argparse.Namespace) -> dict:
         }
     # the server's default precision is "auto" (bf16 on this CPU): name it for every row
     precision = {"STT_PRECISION": config.precision or "f32"} if config.ep == "openvino" else {}
+    # glibc malloc set in the environment, as `make run` and the Docker image start the server
     server = start_server(
-        model, models_dir(config, model), 1, args.threads, config.ep, extra_env=precision
+        model,
+        models_dir(config, model),
+        1,
+        args.threads,
+        config.ep,
+        extra_env={**precision, **malloc_environment()},
     )
     try:
         assert server.process is not None

@@ -47,3 +47,8 @@ def tune_malloc() -> bool:
         if env not in os.environ and mallopt(parameter, value) != 1:
             log.warning("mallopt(%d, %d) failed", parameter, value)
     return True
+
+
+def malloc_environment() -> dict[str, str]:
+    """The same settings as environment variables, for launching a server process."""
+    return {env: str(value) for env, _, value in SETTINGS}
