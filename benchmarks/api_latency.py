@@ -24,8 +24,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -136,24 +138,53 @@ def stream(client: httpx.Client, url: str, audio: bytes, model: str) -> tuple[fl
     raise RuntimeError("stream ended without transcript.text.done")
 
 
-def concurrent(url: str, audio: bytes, model: str, clients: int, per_client: int) -> dict:
-    latencies: list[float] = []
+T = TypeVar("T")
+
+
+def run_clients(
+    clients: int,
+    per_client: int,
+    request: Callable[[httpx.Client], T],
+    warm_up: Callable[[httpx.Client], object] | None = None,
+    timeout_s: float = 900,
+) -> tuple[list[T], list[str], float]:
+    """`clients` threads, each with its own connection, call `request(client)` `per_client` times
+    back to back; `warm_up(client)` first (not counted) and then a common start. Returns the
+    results, the errors (httpx errors, as text) and the wall time (s) from the common start."""
+    results: list[T] = []
+    errors: list[str] = []
     lock = threading.Lock()
+    start = threading.Barrier(clients + 1)
 
     def client_loop() -> None:
-        with httpx.Client(timeout=600) as c:
+        with httpx.Client(timeout=timeout_s) as client:
+            if warm_up is not None:
+                warm_up(client)
+            start.wait()
             for _ in range(per_client):
-                s = transcribe(c, url, audio, model)
+                try:
+                    result = request(client)
+                except httpx.HTTPError as e:
+                    with lock:
+                        errors.append(str(e))
+                    continue
                 with lock:
-                    latencies.append(s)
+                    results.append(result)
 
     threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    t0 = time.perf_counter()
     for t in threads:
         t.start()
+    start.wait()
+    t0 = time.perf_counter()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    return results, errors, time.perf_counter() - t0
+
+
+def concurrent(url: str, audio: bytes, model: str, clients: int, per_client: int) -> dict:
+    latencies, _, wall = run_clients(
+        clients, per_client, lambda c: transcribe(c, url, audio, model), timeout_s=600
+    )
     n = clients * per_client
     return {
         "clients": clients,

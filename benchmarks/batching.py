@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -42,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import common  # noqa: E402
 from benchmarks import stream_latency as live  # noqa: E402
+from benchmarks.api_latency import run_clients, start_server  # noqa: E402
 from benchmarks.load import percentile  # noqa: E402
 
 SUSTAINED_COMMIT_S = 2.0
@@ -135,32 +135,12 @@ def decode_rows(url: str, model: str) -> tuple[float, float]:
 
 
 def clients_level(url: str, model: str, audio: bytes, clients: int, per_client: int, beam: int):
-    latencies: list[float] = []
-    texts: list[str] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def client_loop() -> None:
-        with httpx.Client(timeout=1800) as c:
-            for _ in range(per_client):
-                try:
-                    s, text = post(c, url, audio, model, beam)
-                except httpx.HTTPError as e:
-                    with lock:
-                        errors.append(str(e))
-                    continue
-                with lock:
-                    latencies.append(s)
-                    texts.append(text)
-
     rows0 = decode_rows(url, model)
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    answers, errors, wall = run_clients(
+        clients, per_client, lambda c: post(c, url, audio, model, beam), timeout_s=1800
+    )
+    latencies = [seconds for seconds, _ in answers]
+    texts = [text for _, text in answers]
     rows1 = decode_rows(url, model)
     steps = rows1[1] - rows0[1]
     return {
@@ -177,8 +157,6 @@ def clients_level(url: str, model: str, audio: bytes, clients: int, per_client: 
 
 
 def rest_part(model: str, batching: bool, args: argparse.Namespace) -> dict:
-    from benchmarks.api_latency import start_server
-
     levels = [int(c) for c in args.clients.split(",")]
     server = start_server(
         model,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import common  # noqa: E402
-from benchmarks.api_latency import start_server, transcribe  # noqa: E402
+from benchmarks.api_latency import run_clients, start_server, transcribe  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -63,33 +62,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def level(url: str, audio: bytes, model: str, clients: int, per_client: int) -> dict:
-    latencies: list[float] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(clients + 1)
+    def send(client: httpx.Client) -> float:
+        return transcribe(client, url, audio, model)
 
-    def client_loop() -> None:
-        with httpx.Client(timeout=900) as c:
-            transcribe(c, url, audio, model)  # connection + warm-up, not counted
-            barrier.wait()
-            for _ in range(per_client):
-                try:
-                    s = transcribe(c, url, audio, model)
-                except httpx.HTTPError as e:
-                    with lock:
-                        errors.append(str(e))
-                    continue
-                with lock:
-                    latencies.append(s)
-
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    latencies, errors, wall = run_clients(clients, per_client, send, warm_up=send)
     return {
         "clients": clients,
         "requests": len(latencies),
