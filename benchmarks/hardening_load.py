@@ -43,6 +43,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from app.runtime.memory import malloc_environment  # noqa: E402
 from benchmarks import common  # noqa: E402
 from benchmarks.api_latency import Server, start_server  # noqa: E402
 from benchmarks.load import percentile  # noqa: E402
@@ -111,7 +112,8 @@ def code_state() -> str:
 
 def launch(args: argparse.Namespace, extra_env: dict[str, str] | None = None) -> Server:
     """A fresh server; notes on `args` the code it runs and the worker count it chose."""
-    env = {"STT_MAX_QUEUE": str(args.max_queue), **(extra_env or {})}
+    # glibc malloc settings in the environment, as `make run` and the Docker image start it
+    env = {"STT_MAX_QUEUE": str(args.max_queue), **malloc_environment(), **(extra_env or {})}
     args.code_state = code_state()  # what the server process loads
     server = start_server(args.model, common.MODELS_DIR, args.workers, args.threads, args.ep, env)
     health = httpx.get(server.url + "/health", timeout=10).json()
