@@ -4,17 +4,19 @@ Start-up checks that every configured model folder exists, then loads and warms 
 background thread: `/health` answers 503 until they are ready, then 200 with models and devices.
 A missing or broken model is logged as an error and keeps `/health` at 503 with the reason (the
 server stays up: exiting would only have a supervisor restart it into the same error).
-Shutdown (SIGTERM): uvicorn lets the requests in flight finish (up to its
-`--timeout-graceful-shutdown`), then the lifespan waits for the jobs still running to stop.
+Shutdown (SIGTERM): live WebSocket sessions end first, properly (final pass, transcript.text.done,
+close 1001); then uvicorn lets the requests in flight finish (up to its
+`--timeout-graceful-shutdown`), and the lifespan waits for the jobs still running to stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 OPENAI_MODEL_ALIASES = ("whisper-1",)  # names OpenAI clients send by default -> default model
 UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 SHUTDOWN_DRAIN_S = 30.0  # most time shutdown waits for running (already cancelled) jobs
+STREAM_DRAIN_S = 15.0  # most time a signal waits for live sessions to end before shutdown
 
 
 def configure_logging(level: str) -> None:
@@ -127,11 +130,49 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             daemon=True,
         )
         loader.start()
+    _end_live_sessions_first(app)
     try:
         yield
     finally:
         await _drain(app.state.pool, SHUTDOWN_DRAIN_S)
         registry.close()
+
+
+def _end_live_sessions_first(app: FastAPI) -> None:
+    """Under uvicorn, make SIGTERM / SIGINT first end every live WebSocket session properly (a
+    final pass over the audio received, `transcript.text.done`, close 1001), for at most
+    STREAM_DRAIN_S, and only then hand the signal to uvicorn, which closes the rest of the
+    server as usual (requests in flight finish within --timeout-graceful-shutdown). Without
+    this, uvicorn closes live sessions with 1012 at once and their last words are lost. New
+    sessions are refused meanwhile; a second signal skips the wait.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers belong to the main thread (not an app run under uvicorn)
+    loop = asyncio.get_running_loop()
+    drain: asyncio.Event = app.state.stream_drain
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        uvicorn_exit = signal.getsignal(sig)
+        if getattr(uvicorn_exit, "__name__", "") != "handle_exit":
+            continue  # not uvicorn's handler: leave the signal alone
+
+        def on_signal(signum: int, frame: object, uvicorn_exit=uvicorn_exit) -> None:
+            if drain.is_set() or not getattr(app.state, "stream_sessions", 0):
+                uvicorn_exit(signum, frame)
+                return
+            log.info("shutdown: ending %d live session(s) first", app.state.stream_sessions)
+            loop.call_soon_threadsafe(drain.set)
+            loop.call_soon_threadsafe(
+                lambda: loop.create_task(_exit_after_sessions(app, uvicorn_exit, signum))
+            )
+
+        signal.signal(sig, on_signal)
+
+
+async def _exit_after_sessions(app: FastAPI, uvicorn_exit: Callable, signum: int) -> None:
+    deadline = time.monotonic() + STREAM_DRAIN_S
+    while getattr(app.state, "stream_sessions", 0) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    uvicorn_exit(signum, None)
 
 
 async def _drain(pool: WorkerPool, timeout_s: float) -> None:
@@ -174,6 +215,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.readiness = Readiness()
     app.state.metrics = metrics
     app.state.pool = pool
+    app.state.stream_drain = asyncio.Event()  # set at shutdown: live sessions end (stream.py)
     app.state.registry = build_registry(settings)
 
     install_error_handlers(app)

@@ -87,6 +87,7 @@ STATIC_FILES = {
     "style.css": "text/css",
 }
 CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
@@ -296,6 +297,15 @@ async def audio_stream(websocket: WebSocket) -> None:
             websocket, error_event(detail, "loading", type_="server_error"), CLOSE_TRY_AGAIN
         )
         return
+    drain: asyncio.Event = app.state.stream_drain
+    if drain.is_set():
+        await _refuse(
+            websocket,
+            error_event("the server is shutting down; reconnect", "shutting_down",
+                        type_="server_error"),
+            CLOSE_TRY_AGAIN,
+        )  # fmt: skip
+        return
     open_sessions: int = getattr(app.state, "stream_sessions", 0)
     if open_sessions >= settings.stream_max_sessions:
         message = f"too many live sessions ({settings.stream_max_sessions}); retry later"
@@ -311,7 +321,7 @@ async def audio_stream(websocket: WebSocket) -> None:
     try:
         registry: ModelRegistry = app.state.registry
         vad = registry.vad  # the Silero model the registry loaded beside the Whisper models
-        connection = _Connection(websocket, settings, registry, app.state.pool, vad)
+        connection = _Connection(websocket, settings, registry, app.state.pool, vad, drain)
         await connection.run()
     finally:
         app.state.stream_sessions -= 1
@@ -335,8 +345,11 @@ class _Connection:
         registry: ModelRegistry,
         pool: WorkerPool,
         vad: SileroVad | None,
+        drain: asyncio.Event,
     ) -> None:
+        """drain: set at shutdown; the session then ends as if the client had closed it."""
         self.ws = websocket
+        self.drain = drain
         self.settings = settings
         self.registry = registry
         self.pool = pool
@@ -592,12 +605,27 @@ class _Connection:
             )  # fmt: skip
 
     async def _receive_loop(self, processor: asyncio.Task) -> tuple[int, str]:
-        """Handle messages until session.close (returns the close code) or a limit."""
+        """Handle messages until session.close (returns the close code) or a limit. At server
+        shutdown the session ends as on session.close (final pass, transcript.text.done), with
+        close code 1001 (going away)."""
         idle = self.settings.stream_idle_timeout_s
+        shutdown = asyncio.ensure_future(self.drain.wait())
+        try:
+            return await self._receive_until_closed(processor, shutdown, idle)
+        finally:
+            shutdown.cancel()
+
+    async def _receive_until_closed(
+        self, processor: asyncio.Task, shutdown: asyncio.Future, idle: float
+    ) -> tuple[int, str]:
         while True:
             receive = asyncio.ensure_future(self.ws.receive())
-            done, _ = await asyncio.wait({receive, processor}, timeout=idle,
+            done, _ = await asyncio.wait({receive, processor, shutdown}, timeout=idle,
                                          return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            if shutdown in done:
+                receive.cancel()
+                await self._close_session(processor)
+                return CLOSE_GOING_AWAY, "server shutting down"
             if processor in done:  # the processing task failed
                 receive.cancel()
                 processor.result()  # raises its error

@@ -10,6 +10,8 @@ load failures in process. Here: the real process, its signals and its log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import shutil
 import signal
 import socket
@@ -78,21 +80,29 @@ def post_in_background(server: LiveServer, audio: bytes, results: list) -> threa
 
 
 # ---- SIGTERM ----------------------------------------------------------------------------------
-def live_session_in_background(server: LiveServer, results: list) -> threading.Thread:
-    """A WebSocket session sending jfk at real-time pace; appends its close code."""
+def live_session_in_background(
+    server: LiveServer, results: list, events: list | None = None
+) -> threading.Thread:
+    """A WebSocket session sending jfk at real-time pace; appends its close code to `results`
+    and the events it received to `events`."""
+    received = events if events is not None else []
 
     async def session() -> None:
         pcm = load_pcm16(JFK_WAV)
         async with connect(ws_url(server)) as ws:
-            try:
+
+            async def read() -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    async for message in ws:
+                        received.append(json.loads(message))
+
+            reader = asyncio.create_task(read())
+            with contextlib.suppress(ConnectionClosed):
                 for offset in range(0, len(pcm), 3200):
                     await ws.send(pcm[offset : offset + 3200])
                     await asyncio.sleep(0.1)
                 await ws.send('{"type": "session.close"}')
-                async for _ in ws:
-                    pass
-            except ConnectionClosed:
-                pass
+            await reader
         results.append(ws.close_code)
 
     thread = threading.Thread(target=asyncio.run, args=(session(),))
@@ -100,9 +110,22 @@ def live_session_in_background(server: LiveServer, results: list) -> threading.T
     return thread
 
 
+async def refused_session(server: LiveServer) -> tuple[list[dict], int | None]:
+    """Open a session and read until it closes: (error codes received, close code)."""
+    errors = []
+    async with connect(ws_url(server)) as ws:
+        with contextlib.suppress(ConnectionClosed):
+            async for message in ws:
+                event = json.loads(message)
+                if event["type"] == "error":
+                    errors.append({"code": event["error"]["code"]})
+    return errors, ws.close_code
+
+
 def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
-    """A running and a queued request both finish with 200 after SIGTERM, a live WebSocket
-    session is closed with 1012 (service restart: reconnect); then a clean exit."""
+    """A running and a queued request both finish with 200 after SIGTERM; a live WebSocket
+    session first gets its final text (transcript.text.done) and close 1001 (going away); a new
+    session meanwhile is refused; then a clean exit."""
     server = start_server(
         tmp_path, "drain", uvicorn_args=["--timeout-graceful-shutdown", "60"], STT_WORKERS="1"
     )
@@ -110,13 +133,18 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
         running: list = []
         queued: list = []
         closed: list = []
-        live = live_session_in_background(server, closed)
+        events: list = []
+        live = live_session_in_background(server, closed, events)
+        wait_for(lambda: any(e["type"] == "transcript.text.partial" for e in events), 30,
+                 "the live session transcribes")  # fmt: skip
         first = post_in_background(server, LONG_WAV.read_bytes(), running)
         wait_for(lambda: pool_state(server)[0] == 1, 30, "the long request runs")
         second = post_in_background(server, JFK_WAV.read_bytes(), queued)
-        wait_for(lambda: pool_state(server)[1] == 1, 30, "the second request waits")
+        wait_for(lambda: pool_state(server)[1] >= 1, 30, "the second request waits")
         server.process.send_signal(signal.SIGTERM)
         sent_at = time.monotonic()
+        time.sleep(0.3)
+        late = asyncio.run(refused_session(server))
         first.join(120)
         second.join(120)
         live.join(60)
@@ -130,7 +158,12 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
     assert isinstance(queued[0], httpx.Response), queued
     assert queued[0].status_code == 200, queued[0].text
     assert normalise(queued[0].json()["text"]) == normalise(JFK_TEXT)
-    assert closed == [1012]
+    assert closed == [1001]
+    done = [e for e in events if e["type"] == "transcript.text.done"]
+    assert len(done) == 1, events
+    # the audio received before the signal, transcribed (its last word may be cut off)
+    assert normalise(done[0]["text"]).startswith("and so"), done
+    assert late == ([{"code": "shutting_down"}], 1013), "a new session is refused while draining"
     assert code in CLEAN_EXIT, server.log_tail()
     assert "Application shutdown complete" in server.log_tail()
 

@@ -206,7 +206,14 @@ def test_session_updates(patches: list[Any]) -> None:
 
     async def configure() -> None:
         settings = Settings(models=["tiny.en"])
-        connection = _Connection(None, settings, _OneModelRegistry(), None, vad=object())  # type: ignore[arg-type]
+        connection = _Connection(
+            None,  # type: ignore[arg-type]
+            settings,
+            _OneModelRegistry(),  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            vad=object(),  # type: ignore[arg-type]
+            drain=asyncio.Event(),
+        )
         for patch in patches:
             before = dict(connection.config)
             try:
