@@ -37,6 +37,7 @@ unbatched decoding up to float rounding: padded positions are masked out of atte
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 import time
 import weakref
@@ -159,12 +160,22 @@ class CrossKV(list):
 
 
 class CrossSlab:
-    """Fixed slots for windows' cross K/V: per layer one f32 [slots, H, 1500, Dh] array (memory is
-    committed as slots are first used). Lowest free slot first, and `compact()` moves windows
-    down into freed slots, so live windows stay packed and a group needs no dummy rows."""
+    """Fixed slots for windows' cross K/V: per layer one f32 [slots, H, 1500, Dh] array in private
+    anonymous memory, committed as slots are used and handed back to the system when a slot
+    frees (so the slab holds about what the live windows need). Lowest free slot first, and
+    `compact()` moves windows down into freed slots, so live windows stay packed and a group
+    needs no dummy rows."""
 
     def __init__(self, like: list[np.ndarray], slots: int) -> None:
-        self.arrays = [np.empty((slots, *a.shape[1:]), a.dtype) for a in like]
+        self._maps = [
+            mmap.mmap(-1, slots * a[0].nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            for a in like
+        ]
+        self.arrays = [
+            np.frombuffer(m, a.dtype).reshape(slots, *a.shape[1:])
+            for m, a in zip(self._maps, like, strict=True)
+        ]
+        self.slot_nbytes = like[0][0].nbytes
         self.slots = slots
         self._free = list(range(slots))
         self._holders: dict[int, weakref.ref[CrossKV]] = {}
@@ -204,8 +215,7 @@ class CrossSlab:
                 holder._cell[0] = target
                 del self._holders[source]
                 self._holders[target] = weakref.ref(holder)
-                self._free.append(source)
-                self._free.sort()
+                self._free_slot_locked(source)
             del holder
             moves += 1
 
@@ -221,8 +231,18 @@ class CrossSlab:
     def _release(self, cell: list[int]) -> None:
         with self._lock:
             self._holders.pop(cell[0], None)
-            self._free.append(cell[0])
-            self._free.sort()
+            self._free_slot_locked(cell[0])
+
+    def _free_slot_locked(self, slot: int) -> None:
+        """Mark `slot` free and return its whole memory pages to the system."""
+        self._free.append(slot)
+        self._free.sort()
+        page = mmap.PAGESIZE
+        start = -(-slot * self.slot_nbytes // page) * page  # first page boundary in the slot
+        end = (slot + 1) * self.slot_nbytes // page * page
+        if end > start:
+            for m in self._maps:
+                m.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 @dataclass(frozen=True)

@@ -98,3 +98,16 @@ def test_compaction_moves_windows_down_and_repoints_their_views() -> None:
     del last, windows
     gc.collect()
     assert s.used == 0, "the moved window frees its new slot"
+
+
+def test_a_freed_slot_gives_its_memory_pages_back() -> None:
+    """Whole pages of a freed slot are returned to the system (they read as zeros after), the
+    other slots keep their data."""
+    window = [np.full((1, 2, 1500, 64), 7, np.float32)] * 2  # 768 kB per slot and layer
+    s = CrossSlab(window, slots=3)
+    kept, dropped = s.store(window, 0), s.store(window, 0)
+    del dropped
+    gc.collect()
+    released = (s.arrays[0][1] == 0).mean()
+    assert released > 0.99, "all but the partial edge pages of the freed slot read as zeros"
+    assert (kept[0] == 7).all() and (s.arrays[1][0] == 7).all()
