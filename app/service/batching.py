@@ -2,7 +2,8 @@
 
 Every request (REST job or live stream) keeps running its own decode loop on its own worker
 thread, unchanged: `BatchingSessions` stands in for `WhisperSessions`, and each `decode()` /
-`encode()` becomes a call handed to ONE scheduler thread that owns the model. The scheduler loops:
+`encode()` becomes a call handed to the model's scheduler, whose threads (a decoder lane and an
+encoder lane) are the only ones that run the model. The decoder lane loops:
 
 1. gather: wait until every caller served by the previous step has its next call in (at most
    `wait_ms`; a caller that ended its decode, was cancelled or is busy elsewhere is not waited for
@@ -26,7 +27,9 @@ tiny, 37 MB for base in f32) as much as the weights, so they are never copied pe
 encoded here are written once into a *slab* of slots ([slots, H, 1500, Dh] per layer); the caller
 gets views of its slot (`CrossKV`, released when the caller drops it). Single-row calls are grouped
 by slot, so a group's cross K/V are one contiguous slice of the slab; a slot in the middle whose
-caller is away this step becomes a dummy row (masked, output dropped) rather than a copy. Other
+caller is away this step becomes a dummy row (masked, output dropped) rather than a copy, and
+live windows are moved down into freed slots between steps; a freed slot's memory pages go back
+to the system. Other
 calls (beams: several rows on one window; windows from outside) are stacked by copy, and the copy
 is kept while the group's members stay the same.
 
