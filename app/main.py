@@ -72,7 +72,9 @@ def build_registry(settings: Settings) -> ModelRegistry:
     default = settings.resolved_default_model
     aliases = {a: default for a in OPENAI_MODEL_ALIASES if a not in settings.models}
     batching = None
-    if settings.batching:
+    # the static cache (the NPU path) keeps the decoder at one input shape; a batch of varying
+    # size would make a static-shape device compile one graph per batch size
+    if settings.batching and settings.kv_cache != "static":
         batching = BatchingOptions(
             max_rows=settings.batch_max_rows,
             max_padding=settings.batch_max_padding,

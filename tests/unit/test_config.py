@@ -86,3 +86,16 @@ def test_rejects_bad_values(clean_env: pytest.MonkeyPatch, key: str, value: str)
     clean_env.setenv(key, value)
     with pytest.raises(ValidationError):
         Settings()
+
+
+def test_batching_settings_reach_the_registry(clean_env: pytest.MonkeyPatch) -> None:
+    from app.main import build_registry
+
+    clean_env.setenv("STT_BATCH_MAX_ROWS", "12")
+    batching = build_registry(Settings()).batching
+    assert batching is not None and batching.max_rows == 12
+    clean_env.setenv("STT_KV_CACHE", "static")  # one decoder shape for an NPU: no batching
+    assert build_registry(Settings()).batching is None
+    clean_env.setenv("STT_KV_CACHE", "concat")
+    clean_env.setenv("STT_BATCHING", "false")
+    assert build_registry(Settings()).batching is None
