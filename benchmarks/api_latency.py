@@ -66,18 +66,24 @@ def start_server(
     extra_env: dict[str, str] | None = None,
 ) -> Server:
     """A uvicorn server on a free port, healthy; extra_env adds STT_* settings."""
+    env = {
+        "STT_WORKERS": str(workers),
+        "STT_MAX_QUEUE": "64",
+        "STT_THREADS": str(threads),
+        "STT_EP": ep,
+        **(extra_env or {}),
+    }
+    return launch_server(model, models_dir, env)
+
+
+def launch_server(model: str, models_dir: Path, settings: dict[str, str]) -> Server:
+    """`uvicorn --factory app.main:create_app` on a free port with `model` from `models_dir`,
+    the service's defaults overridden by `settings` (STT_* and other variables); returns once
+    /health answers 200 (SystemExit if the server dies or is not healthy within 300 s)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STT_")}
-    env.update(
-        STT_MODELS=model,
-        STT_MODELS_DIR=str(models_dir),
-        STT_WORKERS=str(workers),
-        STT_MAX_QUEUE="64",
-        STT_THREADS=str(threads),
-        STT_EP=ep,
-        STT_LOG_LEVEL="WARNING",
-    )
-    env.update(extra_env or {})
+    env.update(STT_MODELS=model, STT_MODELS_DIR=str(models_dir), STT_LOG_LEVEL="WARNING")
+    env.update(settings)
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
          "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"],

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import common  # noqa: E402
 from benchmarks import stream_latency as live  # noqa: E402
-from benchmarks.api_latency import run_clients, start_server  # noqa: E402
+from benchmarks.api_latency import launch_server, run_clients, start_server  # noqa: E402
 from benchmarks.load import percentile  # noqa: E402
 
 SUSTAINED_COMMIT_S = 2.0
@@ -199,7 +199,7 @@ def streams_part(model: str, batching: bool, args: argparse.Namespace) -> list[d
         "STT_STREAM_MAX_SESSIONS": str(max(levels)),
         "STT_WORKERS": str(max(*levels, 8)),
     }
-    server = live.start_server(model, args.models_dir, env)
+    server = launch_server(model, args.models_dir, env)
     path = live.CLIPS["earnings60"]
     audio = live.load_audio(path)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()

@@ -28,7 +28,6 @@ import difflib
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -48,33 +47,7 @@ SR = 16000
 FRAME_S = 0.1
 TOKENS_PER_SECOND = 50  # encoder positions per second
 
-from benchmarks.api_latency import Server, free_port  # noqa: E402
-
-
-# ---- server -------------------------------------------------------------------------------------
-def start_server(model: str, models_dir: Path, extra_env: dict[str, str]) -> Server:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STT_")}
-    env.update(STT_MODELS=model, STT_MODELS_DIR=str(models_dir), STT_LOG_LEVEL="WARNING")
-    env.update(extra_env)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
-         "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"],
-        cwd=REPO, env=env,
-    )  # fmt: skip
-    server = Server(f"http://127.0.0.1:{port}", process)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"server exited with {process.returncode}")
-        try:
-            if httpx.get(server.url + "/health", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    server.stop()
-    raise SystemExit("server did not become healthy")
+from benchmarks.api_latency import launch_server  # noqa: E402
 
 
 # ---- reference word times -----------------------------------------------------------------------
@@ -306,7 +279,7 @@ def main() -> int:
 
     rows = []
     for model in args.models.split(","):
-        server = start_server(model, args.models_dir, extra_env)
+        server = launch_server(model, args.models_dir, extra_env)
         try:
             for clip in args.clips.split(","):
                 path = CLIPS[clip]
