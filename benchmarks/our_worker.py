@@ -11,10 +11,8 @@ transcribe` does after loading.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,15 +22,7 @@ from app.engine.audio import decode_audio  # noqa: E402
 from app.engine.tokenizer import Tokenizer  # noqa: E402
 from app.runtime.sessions import RuntimeOptions, WhisperSessions  # noqa: E402
 from app.service.transcriber import Transcriber, TranscriptionOptions  # noqa: E402
-
-
-def rss() -> dict:
-    values = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
-            key, value = line.split(":", 1)
-            values[key] = int(value.split()[0]) / 1024
-    return {"rss_mb": values["VmRSS"], "peak_rss_mb": values["VmHWM"]}
+from benchmarks.worker_protocol import rss, serve  # noqa: E402
 
 
 class Engine:
@@ -84,30 +74,8 @@ class Engine:
 
 
 def main() -> None:
-    out = sys.stdout
-    sys.stdout = sys.stderr  # anything printed by libraries stays off the protocol
     engine = Engine()
-    for line in sys.stdin:
-        request = json.loads(line)
-        op = request.pop("op")
-        try:
-            if op == "quit":
-                reply: dict = {"ok": True}
-            elif op == "load":
-                reply = engine.load(**request)
-            elif op == "transcribe":
-                reply = engine.transcribe(**request)
-            elif op == "rss":
-                reply = rss()
-            else:
-                reply = {"error": f"unknown op {op}"}
-        except Exception as e:  # report to the driver, keep serving
-            traceback.print_exc()
-            reply = {"error": f"{type(e).__name__}: {e}"}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
-        if op == "quit":
-            break
+    serve({"load": engine.load, "transcribe": engine.transcribe})
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Warm worker process for the peer, faster-whisper (run with .venv-peer's Python; see
-`make bench-setup`). Imports nothing from the project: its venv has plain onnxruntime.
+`make bench-setup`). Imports nothing from the project but the standard-library-only
+`benchmarks/worker_protocol.py`: its venv has plain onnxruntime.
 
 Reads JSON lines on stdin, answers one JSON line per request on stdout:
   {"op": "load", "model_dir", "compute_type", "threads"} -> {"load_s", "rss_mb"}
@@ -12,20 +13,13 @@ End-to-end time = WhisperModel.transcribe(path) + consuming every segment (it de
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-import traceback
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def rss() -> dict:
-    values = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
-            key, value = line.split(":", 1)
-            values[key] = int(value.split()[0]) / 1024
-    return {"rss_mb": values["VmRSS"], "peak_rss_mb": values["VmHWM"]}
+from benchmarks.worker_protocol import rss, serve
 
 
 class Peer:
@@ -87,32 +81,8 @@ class Peer:
 
 
 def main() -> None:
-    out = sys.stdout
-    sys.stdout = sys.stderr
     peer = Peer()
-    for line in sys.stdin:
-        request = json.loads(line)
-        op = request.pop("op")
-        try:
-            if op == "quit":
-                reply: dict = {"ok": True}
-            elif op == "load":
-                reply = peer.load(**request)
-            elif op == "transcribe":
-                reply = peer.transcribe(**request)
-            elif op == "stages":
-                reply = peer.stages(**request)
-            elif op == "rss":
-                reply = rss()
-            else:
-                reply = {"error": f"unknown op {op}"}
-        except Exception as e:
-            traceback.print_exc()
-            reply = {"error": f"{type(e).__name__}: {e}"}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
-        if op == "quit":
-            break
+    serve({"load": peer.load, "transcribe": peer.transcribe, "stages": peer.stages})
 
 
 if __name__ == "__main__":
