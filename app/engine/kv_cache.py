@@ -56,6 +56,7 @@ class KVCache(ABC):
         self.n_layers = dims.n_text_layer
         self.n_heads = dims.n_heads
         self.head_dim = dims.head_dim
+        self.n_vocab = dims.n_vocab
         self.capacity = dims.n_text_ctx  # positions 0 .. capacity-1 exist
         self.length = 0
         self.decoder_s = 0.0
@@ -114,6 +115,25 @@ class KVCache(ABC):
             if not 0 <= p < n:
                 raise IndexError(f"position {p} outside the sequence of {n}")
         return n, absolute
+
+    def _start_forward(
+        self, tokens: np.ndarray, positions: Sequence[int]
+    ) -> tuple[int, list[int], np.ndarray]:
+        """For caches that feed only new positions: (L, absolute positions, f32 [B, len, V] to
+        fill with `_keep`); every requested position must be new."""
+        n, absolute = self._check(tokens, positions)
+        for p in absolute:
+            if p < self.length:
+                raise IndexError(f"logits at position {p} were computed by an earlier call")
+        return n, absolute, np.empty((self.batch, len(absolute), self.n_vocab), np.float32)
+
+    @staticmethod
+    def _keep(out: np.ndarray, logits: np.ndarray, absolute: list[int], first: int) -> None:
+        """Copy into `out` the logits [B, T, V] of a call that fed positions first..first+T-1
+        at the requested positions it covered."""
+        for i, p in enumerate(absolute):
+            if first <= p < first + logits.shape[1]:
+                out[:, i] = logits[:, p - first]
 
     def _decode(
         self,
@@ -177,15 +197,10 @@ class ConcatCache(KVCache):
         return merged
 
     def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
-        n, absolute = self._check(tokens, positions)
-        start = self.length
-        for p in absolute:
-            if p < start:
-                raise IndexError(f"logits at position {p} were computed by an earlier call")
-        out = np.empty((self.batch, len(absolute), self.sessions.manifest.dims.n_vocab), np.float32)
+        n, absolute, out = self._start_forward(tokens, positions)
         # a long prefix goes in chunks: the graph returns logits for every new position
         # ([B, T, V], 0.2 MB per position), and OpenVINO keeps buffers for the largest T it saw
-        for chunk_start in range(start, n, PREFILL_CHUNK):
+        for chunk_start in range(self.length, n, PREFILL_CHUNK):
             chunk_end = min(n, chunk_start + PREFILL_CHUNK)
             past = self._materialize()
             new_ids = np.ascontiguousarray(tokens[:, chunk_start:chunk_end], dtype=np.int64)
@@ -197,9 +212,7 @@ class ConcatCache(KVCache):
             logits, new = self._decode(new_ids, np.ascontiguousarray(position_ids), mask, past)
             self._tail = new
             self.length = chunk_end
-            for i, p in enumerate(absolute):
-                if chunk_start <= p < chunk_end:
-                    out[:, i] = logits[:, p - chunk_start]
+            self._keep(out, logits, absolute, chunk_start)
         return out
 
     def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
@@ -244,13 +257,8 @@ class StaticCache(KVCache):
         self.mask[:, self.capacity] = 1
 
     def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
-        n, absolute = self._check(tokens, positions)
-        start = self.length
-        for p in absolute:
-            if p < start:
-                raise IndexError(f"logits at position {p} were computed by an earlier call")
-        out: np.ndarray | None = None
-        for pos in range(start, n):
+        n, absolute, out = self._start_forward(tokens, positions)
+        for pos in range(self.length, n):
             input_ids = np.ascontiguousarray(tokens[:, pos : pos + 1], dtype=np.int64)  # [B, 1]
             position_ids = np.full((self.batch, 1), pos, np.int64)
             logits, new = self._decode(input_ids, position_ids, self.mask, self.buffers)
@@ -258,12 +266,7 @@ class StaticCache(KVCache):
                 buf[:, :, pos] = k[:, :, 0]
             self.mask[:, pos] = 1
             self.length = pos + 1
-            for i, p in enumerate(absolute):
-                if p == pos:
-                    if out is None:
-                        out = np.empty((self.batch, len(absolute), logits.shape[-1]), np.float32)
-                    out[:, i] = logits[:, 0]
-        assert out is not None
+            self._keep(out, logits, absolute, pos)
         return out
 
     def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
