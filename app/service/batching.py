@@ -491,8 +491,10 @@ class BatchingSessions:
         live_keys: set[tuple] = set()
         for new_tokens in sorted({c.new_tokens for c in calls}):
             same_t = [c for c in calls if c.new_tokens == new_tokens]
-            slotted = [c for c in same_t if c.rows == 1 and self._in_slab(c.inputs[4])]
-            others = [c for c in same_t if not (c.rows == 1 and self._in_slab(c.inputs[4]))]
+            slotted, others = [], []
+            for call in same_t:
+                in_slot = call.rows == 1 and self._in_slab(call.inputs[4])
+                (slotted if in_slot else others).append(call)
             for lo, layout in pack_by_slot(slotted, opts.max_rows, opts.max_padding):
                 assert self._slab is not None
                 self._decode_group(layout, self._slab.view(lo, lo + layout.rows))
