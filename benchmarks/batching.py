@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
 import sys
 import time
@@ -123,8 +124,6 @@ def post(client: httpx.Client, url: str, audio: bytes, model: str, beam: int) ->
 
 def decode_rows(url: str, model: str) -> tuple[float, float]:
     """(sum, count) of stt_batch_rows for decode steps (0, 0 when batching is off)."""
-    import re
-
     text = httpx.get(url + "/metrics", timeout=10).text
     out = []
     for name in ("sum", "count"):
