@@ -44,7 +44,17 @@ def jfk_file() -> dict:
     return {"file": ("jfk.wav", JFK_WAV.read_bytes(), "audio/wav")}
 
 
-def test_health_is_503_while_loading_then_200() -> None:
+def test_health_is_503_while_loading_then_200(monkeypatch: pytest.MonkeyPatch) -> None:
+    # loading is held until the early requests are answered: tiny.en loads in about a second,
+    # which would otherwise race them
+    loading_may_start = threading.Event()
+    real_load = ModelRegistry.load
+
+    def held_load(self: ModelRegistry, **kwargs: object) -> None:
+        assert loading_may_start.wait(60)
+        real_load(self, **kwargs)
+
+    monkeypatch.setattr(ModelRegistry, "load", held_load)
     app = create_app(tiny_settings())
     with TestClient(app) as client:
         r = client.get("/health")
@@ -53,6 +63,7 @@ def test_health_is_503_while_loading_then_200() -> None:
         early = client.post("/v1/audio/transcriptions", files=jfk_file())
         error = assert_openai_error(early, 503)
         assert error["code"] == "loading" and early.headers["retry-after"]
+        loading_may_start.set()
         assert app.state.readiness.wait(120)
         r = client.get("/health")
         assert r.status_code == 200, r.text
