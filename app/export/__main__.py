@@ -1,4 +1,4 @@
-"""`python -m app.export build NAME [--from FOLDER] [--precision fp32|fp16]`, `list`, `vad`."""
+"""`python -m app.export build NAME [--from FOLDER] [--precision fp32|fp16|int8]`, `list`, `vad`."""
 
 from __future__ import annotations
 

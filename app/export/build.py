@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
 from tqdm import tqdm
 
 from app.export.errors import BuildError
+from app.export.graph_builder import WeightFormat
 from app.export.manifest import build_manifest
 from app.export.sources import (
     MODEL_NAME,
@@ -33,7 +33,11 @@ from app.runtime.contract import MODEL_FILES
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = {"fp32": np.float32, "fp16": np.float16}
+PRECISIONS = {
+    "fp32": WeightFormat("float32"),
+    "fp16": WeightFormat("float16"),
+    "int8": WeightFormat("float16", int8_matrices=True),
+}
 _MAX_PROTOBUF_BYTES = 1_800_000_000  # beyond this, weights go to an external data file
 
 
@@ -74,7 +78,7 @@ def build_model(
     if not MODEL_NAME.match(name):
         raise BuildError(f"invalid model name {name!r}: use letters, digits, '.', '_' or '-'")
     if precision not in PRECISIONS:
-        raise BuildError(f"unknown precision {precision!r}: choose {' or '.join(PRECISIONS)}")
+        raise BuildError(f"unknown precision {precision!r}: choose {', '.join(PRECISIONS)}")
     target = Path(models_dir) / name
     if target.exists():
         if skip_existing and all((target / f).is_file() for f in MODEL_FILES):
@@ -99,12 +103,12 @@ def build_model(
         dims = weights.dims()
         steps.update()
         partial.mkdir(parents=True)
-        dtype = PRECISIONS[precision]
+        weight_format = PRECISIONS[precision]
         steps.set_postfix_str("encoder graph")
-        _save(build_encoder(weights, dtype), partial / "encoder.onnx")
+        _save(build_encoder(weights, weight_format), partial / "encoder.onnx")
         steps.update()
         steps.set_postfix_str("decoder graph")
-        _save(build_decoder(weights, dtype), partial / "decoder.onnx")
+        _save(build_decoder(weights, weight_format), partial / "decoder.onnx")
         steps.update()
         del weights
         shutil.copyfile(source.tokenizer, partial / "tokenizer.json")

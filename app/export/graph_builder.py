@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -15,19 +16,51 @@ _ONNX_TYPES = {
     np.dtype(np.float16): TensorProto.FLOAT16,
     np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.bool_): TensorProto.BOOL,
+    np.dtype(np.int8): TensorProto.INT8,
 }
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How parameters are stored in the graph files.
+
+    dtype: numpy name of every parameter's storage ("float32" or "float16"); compute is fp32.
+    int8_matrices: matrix weights (linear layers and the token embedding, ~95 % of the
+        parameters) are stored as int8 with one fp32 scale per output channel (symmetric, no
+        zero point) and expanded by DequantizeLinear, which OpenVINO keeps as compressed weights.
+    """
+
+    dtype: str = "float32"
+    int8_matrices: bool = False
+
+
+def quantize_int8(array: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 with one scale per index of `axis`: array ~= q * scale (broadcast on axis).
+
+    Returns q int8 (same shape, values in [-127, 127]) and scale fp32 [array.shape[axis]].
+    """
+    values = np.asarray(array, np.float32)
+    others = tuple(i for i in range(values.ndim) if i != axis)
+    scale = np.abs(values).max(axis=others) / 127.0
+    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+    shape = [1] * values.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(values / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, scale
 
 
 class GraphBuilder:
     """Collects nodes, initializers and I/O of one graph.
 
-    `weight()` stores a parameter once (in `weight_dtype`) and returns an fp32 value to compute
-    with: fp16 parameters are followed by a Cast so arithmetic, LayerNorm and Softmax stay fp32.
+    `weight()` stores a parameter once (per `WeightFormat`) and returns an fp32 value to compute
+    with: fp16 parameters are followed by a Cast, int8 ones by a DequantizeLinear, so arithmetic,
+    LayerNorm and Softmax stay fp32.
     """
 
-    def __init__(self, name: str, weight_dtype: np.dtype = np.float32) -> None:
+    def __init__(self, name: str, weight_format: WeightFormat = WeightFormat()) -> None:
         self.name = name
-        self.weight_dtype = np.dtype(weight_dtype)
+        self.weight_format = weight_format
+        self.weight_dtype = np.dtype(weight_format.dtype)
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -69,6 +102,24 @@ class GraphBuilder:
         self._weights[name] = value
         return value
 
+    def matrix(self, name: str, array: np.ndarray, channel_axis: int) -> str:
+        """A matrix parameter whose output channels run along `channel_axis`; an fp32 value.
+
+        int8 with per-channel scales when the format says so, else as `weight()`.
+        """
+        if not self.weight_format.int8_matrices:
+            return self.weight(name, array)
+        if name in self._weights:
+            return self._weights[name]
+        q, scale = quantize_int8(array, channel_axis)
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(q), name))
+        self.initializers.append(numpy_helper.from_array(scale, f"{name}.scale"))
+        value = self.op(
+            "DequantizeLinear", [name, f"{name}.scale"], name=f"{name}_fp32", axis=channel_axis
+        )
+        self._weights[name] = value
+        return value
+
     def op(self, op_type: str, inputs: Sequence[str], name: str | None = None, **attrs) -> str:
         """One node with one output; returns the output's name."""
         out = name or self._fresh(op_type.lower())
@@ -89,7 +140,7 @@ class GraphBuilder:
 
     def linear(self, x: str, weight: np.ndarray, bias: np.ndarray | None, prefix: str) -> str:
         """x [..., in] @ W^T + b -> [..., out]; W [out, in] is stored transposed."""
-        y = self.op("MatMul", [x, self.weight(f"{prefix}.weight_t", weight.T)])
+        y = self.op("MatMul", [x, self.matrix(f"{prefix}.weight_t", weight.T, channel_axis=1)])
         if bias is None:
             return y
         return self.op("Add", [y, self.weight(f"{prefix}.bias", bias)])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from app.export.graph_builder import GraphBuilder
+from app.export.graph_builder import GraphBuilder, WeightFormat
 from app.export.weights import WhisperWeights
 from app.runtime import contract
 
@@ -48,10 +48,10 @@ def _pre_norm(g: GraphBuilder, x: str, w: WhisperWeights, name: str) -> str:
     return g.layer_norm(x, w[f"{name}.weight"], w[f"{name}.bias"], name)
 
 
-def build_encoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
+def build_encoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelProto:
     """input_features [B, n_mels, 3000] -> cross_k_i, cross_v_i [B, H, 1500, Dh] per text layer."""
     dims = w.dims()
-    g = GraphBuilder("whisper_encoder", weight_dtype)
+    g = GraphBuilder("whisper_encoder", weight_format)
     features = g.input("input_features", np.float32, ["batch", dims.n_mels, contract.N_FRAMES])
     x = features
     for conv, stride in (("conv1", 1), ("conv2", 2)):
@@ -122,10 +122,10 @@ def _mask_bias(g: GraphBuilder, input_ids: str, attention_mask: str) -> str:
     return g.op("Where", [allowed, g.const(np.float32(0.0)), g.const(np.float32(_MASKED))])
 
 
-def build_decoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
+def build_decoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelProto:
     """One decoder graph for prefill, steps, beams, batches and the static buffer (contract.py)."""
     dims = w.dims()
-    g = GraphBuilder("whisper_decoder", weight_dtype)
+    g = GraphBuilder("whisper_decoder", weight_format)
     input_ids = g.input("input_ids", np.int64, ["batch", "new"])
     position_ids = g.input("position_ids", np.int64, ["batch", "new"])
     attention_mask = g.input("attention_mask", np.int64, ["batch", "total"])
@@ -140,7 +140,12 @@ def build_decoder(w: WhisperWeights, weight_dtype: np.dtype) -> onnx.ModelProto:
         for name in contract.encoder_output_names(dims.n_text_layer)
     }
 
-    embed = g.weight("model.decoder.embed_tokens.weight", w["model.decoder.embed_tokens.weight"])
+    # [V, D]: a row per token, and per output channel of the tied logits projection below
+    embed = g.matrix(
+        "model.decoder.embed_tokens.weight",
+        w["model.decoder.embed_tokens.weight"],
+        channel_axis=0,
+    )
     positions = g.weight(
         "model.decoder.embed_positions.weight", w["model.decoder.embed_positions.weight"]
     )

@@ -18,7 +18,9 @@ from app.export.sources import catalog, fetch_catalog_model
 from app.runtime import contract
 from app.runtime.contract import ContractError, Manifest
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.service.transcriber import Transcriber, TranscriptionOptions
 from tests.conftest import REPO, WEIGHTS_CACHE
+from tests.engine.conftest import JFK, clip
 
 
 @pytest.fixture(scope="module")
@@ -218,3 +220,28 @@ def test_local_ct2_folder_fp16_build(tmp_path: Path, tiny_source) -> None:
     np.testing.assert_allclose(
         sessions.encode(features)[0], reference.encode(features)[0], atol=0.05
     )
+
+
+def test_int8_build_is_smaller_and_transcribes_like_fp16(
+    tmp_path: Path, tiny_source, tiny_tr: Transcriber
+) -> None:
+    summary = build_model("tiny.en", tmp_path, WEIGHTS_CACHE, precision="int8", progress=False)
+    assert summary is not None and Manifest.load(summary.folder).precision == "int8"
+    # int8 matrices: the decoder file is about half of fp16's 57 MB
+    assert summary.file_sizes["decoder.onnx"] < 32e6
+    decoder = onnx.load(summary.folder / "decoder.onnx")
+    stored = {t.name: t.data_type for t in decoder.graph.initializer}
+    assert stored["model.decoder.embed_tokens.weight"] == onnx.TensorProto.INT8
+    assert stored["model.decoder.layers.0.fc1.weight_t"] == onnx.TensorProto.INT8
+    assert stored["model.decoder.layers.0.fc1.bias"] == onnx.TensorProto.FLOAT16
+    # every node runs on OpenVINO (the session refuses CPU-EP fallback)
+    sessions = WhisperSessions.load(summary.folder, RuntimeOptions(device="CPU", threads=2))
+    assert set(sessions.providers.values()) == {"OpenVINOExecutionProvider"}
+    int8 = Transcriber(sessions, tiny_tr.tokenizer)
+    for name in (JFK, "1089-134686-0000.flac"):
+        options = TranscriptionOptions(language="en")
+        texts = [
+            " ".join(s.text for s in tr.transcribe(clip(name), options)[0])
+            for tr in (int8, tiny_tr)
+        ]
+        assert texts[0] == texts[1]
