@@ -44,9 +44,47 @@ class TokenDecoder(ABC):
         """Sequences the result may still come from (finished candidates), besides the live rows."""
 
 
+_SAMPLE_BLOCK = 128  # tokens per block of the two-level inverse CDF
+
+
+def _last_positive(weights: np.ndarray) -> int:
+    """Index of the last entry > 0 of a 1-D array that has one."""
+    return len(weights) - 1 - int(np.argmax(weights[::-1] > 0))
+
+
+def sample_rows(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
+    """One token per row drawn from softmax(logits / temperature): i64 [n] from f32 [n, V].
+
+    Inverse-CDF sampling with one uniform number per row, in two levels (blocks of tokens, then
+    tokens within the chosen block), so no row needs a cumulative sum over the whole vocabulary;
+    a Gumbel-max draw needs V random numbers per row (~5 ms per step for 5 rows). Suppressed
+    (-inf) tokens have weight 0 and are never drawn.
+    """
+    scaled = logits / np.float32(temperature)
+    weights = np.exp(scaled - scaled.max(axis=-1, keepdims=True))  # [n, V], max 1
+    starts = np.arange(0, weights.shape[-1], _SAMPLE_BLOCK)
+    block_sums = np.add.reduceat(weights, starts, axis=1)
+    block_cdf = np.cumsum(block_sums, axis=1, dtype=np.float64)  # [n, blocks]
+    targets = rng.random(len(weights)) * block_cdf[:, -1]
+    chosen = np.empty(len(weights), np.int64)
+    for row, target in enumerate(targets):
+        # side="right": the first block (token) whose cumulative weight passes the target has a
+        # weight > 0; min() catches a target rounded up to the total
+        block = min(
+            int(np.searchsorted(block_cdf[row], target, side="right")),
+            _last_positive(block_sums[row]),
+        )
+        below = block_cdf[row, block - 1] if block else 0.0
+        inside = weights[row, starts[block] : starts[block] + _SAMPLE_BLOCK]
+        cdf = below + np.cumsum(inside, dtype=np.float64)
+        token = min(int(np.searchsorted(cdf, target, side="right")), _last_positive(inside))
+        chosen[row] = starts[block] + token
+    return chosen
+
+
 class GreedyDecoder(TokenDecoder):
-    """Arg-max at temperature 0; sampling from softmax(logits / T) otherwise (Gumbel-max, seeded
-    `rng` per request, so a request is reproducible)."""
+    """Arg-max at temperature 0; sampling from softmax(logits / T) otherwise (`sample_rows`,
+    seeded `rng` per request, so a request is reproducible)."""
 
     def __init__(self, temperature: float, eot: int, rng: np.random.Generator | None = None):
         self.temperature = temperature
@@ -59,8 +97,7 @@ class GreedyDecoder(TokenDecoder):
         if self.temperature == 0:
             next_tokens = np.argmax(logits, axis=-1)
         else:
-            gumbel = self.rng.gumbel(size=logits.shape).astype(np.float32)
-            next_tokens = np.argmax(logits / np.float32(self.temperature) + gumbel, axis=-1)
+            next_tokens = sample_rows(logits, self.temperature, self.rng)
         rows = np.arange(logits.shape[0])
         current = logits[rows, next_tokens] - logsumexp_rows(logits)  # log-prob of the choice
         running = tokens[:, -1] != self.eot

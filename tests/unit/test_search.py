@@ -229,3 +229,15 @@ def test_top_k_matches_a_full_sort():
     x = rng.normal(size=(4, 1000)).astype(np.float32)
     x[:, 900:] = -np.inf
     np.testing.assert_array_equal(top_k(x, 6), np.argsort(-x, axis=-1, kind="stable")[:, :6])
+
+
+def test_sampling_temperature_sharpens_and_trailing_suppressed_tokens_stay_out():
+    probs = np.array([0.2, 0.3, 0.5], dtype=np.float32)
+    logits = np.full((6000, V), -np.inf, np.float32)
+    logits[:, :3] = np.log(probs)  # every later token, the last one included, is suppressed
+    decoder = GreedyDecoder(0.5, EOT, np.random.default_rng(3))
+    out, _ = decoder.update(np.full((6000, 1), START), logits, np.zeros(6000))
+    freq = np.bincount(out[:, -1], minlength=V) / 6000
+    sharpened = probs**2 / (probs**2).sum()  # softmax(log p / 0.5)
+    np.testing.assert_allclose(freq[:3], sharpened, atol=0.03)
+    assert freq[3:].sum() == 0
