@@ -73,8 +73,7 @@ def main() -> None:
     common.normalize("warm up")  # fetch the spelling map before measuring anything
     for model in models:
         common.peer_model_dir(model)
-        if any(c.files == "fp16" for c in configs):
-            common.fp16_models_dir(model)
+        common.prepare_models(model, configs)
     load_before = common.start_load(args)
     started = time.time()
 

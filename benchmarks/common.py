@@ -37,7 +37,6 @@ CACHE = REPO / ".cache" / "bench"
 PEER_CACHE = REPO / ".cache" / "peer"
 WEIGHTS_CACHE = REPO / ".cache" / "weights"
 MODELS_DIR = REPO / "models"
-FP16_MODELS_DIR = CACHE / "models-fp16"
 TESTDATA = (REPO / ".." / "shared" / "testdata").resolve()
 AUDIO = TESTDATA / "audio"
 OUR_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -220,11 +219,17 @@ def peer_model_dir(name: str) -> Path:
     return target
 
 
-def fp16_models_dir(name: str) -> Path:
-    """Models dir holding `name` built with fp16 weight files (built once, ~1 min)."""
-    folder = FP16_MODELS_DIR / name
-    if not (folder / "manifest.json").is_file():
-        print(f"building fp16 files of {name} into {FP16_MODELS_DIR}", file=sys.stderr)
+def models_dir_for(name: str, precision: str) -> Path:
+    """A models dir holding `name` built with `precision` weight files (fp32, fp16 or int8).
+
+    models/ when its build has that precision, else one built once under .cache/bench (~1 min).
+    """
+    manifest = MODELS_DIR / name / "manifest.json"
+    if manifest.is_file() and json.loads(manifest.read_text()).get("precision") == precision:
+        return MODELS_DIR
+    target = CACHE / f"models-{precision}"
+    if not (target / name / "manifest.json").is_file():
+        print(f"building {precision} files of {name} into {target}", file=sys.stderr)
         subprocess.run(
             [
                 str(OUR_PYTHON),
@@ -233,16 +238,22 @@ def fp16_models_dir(name: str) -> Path:
                 "build",
                 name,
                 "--precision",
-                "fp16",
+                precision,
                 "--models-dir",
-                str(FP16_MODELS_DIR),
+                str(target),
                 "--skip-existing",
                 "--quiet",
             ],
             cwd=REPO,
             check=True,
         )
-    return FP16_MODELS_DIR
+    return target
+
+
+def prepare_models(model: str, configs: Iterable[Config]) -> None:
+    """Build, before anything is timed, the model folders `configs` of ours will load."""
+    for files in sorted({c.files for c in configs if c.kind == "ours"}):
+        models_dir_for(model, files)
 
 
 # ---- configurations and workers -----------------------------------------------------------------
@@ -252,7 +263,8 @@ def fp16_models_dir(name: str) -> Path:
 class Config:
     """One system under test.
 
-    ours: ep "openvino" | "cpu", files "fp32" | "fp16" (model files), precision None | "bf16"
+    ours: ep "openvino" | "cpu", files "fp32" | "fp16" | "int8" (the model files' build
+    precision), precision None | "bf16"
     (OpenVINO inference precision hint). peer: compute_type "int8" | "float32".
     """
 
@@ -280,6 +292,9 @@ CONFIGS: dict[str, Config] = {
         Config("ov-fp16-bf16", "ours", ep="openvino", files="fp16", precision="bf16"),
         Config("cpu-fp32", "ours", ep="cpu"),
         Config("cpu-fp16", "ours", ep="cpu", files="fp16"),
+        Config("ov-int8", "ours", ep="openvino", files="int8"),
+        Config("ov-int8-bf16", "ours", ep="openvino", files="int8", precision="bf16"),
+        Config("cpu-int8", "ours", ep="cpu", files="int8"),
         Config("fw-int8", "peer", compute_type="int8"),
         Config("fw-fp32", "peer", compute_type="float32"),
     )
@@ -316,7 +331,7 @@ class Worker:
                 "threads": threads,
             }
         else:
-            models_dir = fp16_models_dir(model) if config.files == "fp16" else MODELS_DIR
+            models_dir = models_dir_for(model, config.files)
             cmd = [str(OUR_PYTHON), str(BENCH / "our_worker.py")]
             load = {
                 "model_dir": str(models_dir / model),

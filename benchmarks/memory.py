@@ -69,7 +69,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def models_dir(config: Config, model: str) -> Path:
-    return common.fp16_models_dir(model) if config.files == "fp16" else common.MODELS_DIR
+    return common.models_dir_for(model, config.files)
 
 
 def run_child(cmd: list[str], stdin_text: str | None, threads: int) -> tuple[int, float, float]:
@@ -239,8 +239,7 @@ def main() -> None:
     clips = [c for c in args.cli_clips.split(",") if c]
     for model in models:
         common.peer_model_dir(model)
-        if any(c.files == "fp16" for c in [*cli_configs, *server_configs]):
-            common.fp16_models_dir(model)
+        common.prepare_models(model, [*cli_configs, *server_configs])
     if "long10m" in clips:
         common.long_clip()
     load_before = common.start_load(args)

@@ -380,8 +380,7 @@ def main() -> None:
     for model in args.models.split(","):
         common.peer_model_dir(model)
         configs = common.parse_configs(args.configs + "," + args.long_configs)
-        if any(c.files == "fp16" for c in configs):
-            common.fp16_models_dir(model)
+        common.prepare_models(model, configs)
     load_before = common.start_load(args)
     started = time.time()
     results: list[dict] = []
