@@ -34,7 +34,7 @@ RUN pip install --no-cache-dir --no-deps . \
  && touch /opt/venv/.runtime
 
 # Model names, separated by spaces or commas (`python -m app.export list` shows the catalog);
-# PRECISION (fp32 | fp16) is passed to the export, empty = its default.
+# PRECISION (int8 | fp16 | fp32) is passed to the export, empty = its default.
 # `-o` and the stamp: the venv is set up above, make only runs the models recipe.
 COPY Makefile ./
 ARG MODELS=base

@@ -25,7 +25,7 @@ $(VENV)/.dev: $(VENV)/.runtime
 setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
 
-## Build one model folder: make models MODEL=tiny.en [PRECISION=fp32]
+## Build one model folder: make models MODEL=tiny.en [PRECISION=int8|fp16|fp32]
 models: setup
 	$(PY) -m app.export build $(MODEL) --models-dir $(MODELS_DIR) $(if $(PRECISION),--precision $(PRECISION)) --skip-existing
 	$(PY) -m app.export vad --models-dir $(MODELS_DIR)

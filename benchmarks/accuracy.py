@@ -36,14 +36,14 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="tiny.en,base")
     p.add_argument(
-        "--configs", default="ov-fp32,ov-bf16,ov-fp16,ov-fp16-bf16,cpu-fp32,fw-int8,fw-fp32"
+        "--configs", default="ov-int8-bf16,ov-int8,ov-fp16-bf16,ov-fp32,cpu-int8,fw-int8,fw-fp32"
     )
     p.add_argument("--beams", default="1,5")
     p.add_argument("--quick", action="store_true")
     common.add_args(p)
     args = p.parse_args()
     if args.quick:
-        args.models, args.configs = "tiny.en", "ov-fp32,fw-int8,fw-fp32"
+        args.models, args.configs = "tiny.en", "ov-int8-bf16,fw-int8,fw-fp32"
     return args
 
 

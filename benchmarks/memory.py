@@ -47,13 +47,11 @@ CLI_CLIPS = {"jfk": common.JFK, "earnings60": common.EARNINGS, "long10m": common
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="tiny.en,base")
-    p.add_argument(
-        "--cli-configs", default="ov-fp32,ov-bf16,ov-fp16,ov-fp16-bf16,cpu-fp32,fw-int8,fw-fp32"
-    )
+    p.add_argument("--cli-configs", default="ov-int8-bf16,ov-fp16-bf16,ov-fp32,fw-int8,fw-fp32")
     p.add_argument("--cli-clips", default="jfk,earnings60", help=f"of {','.join(CLI_CLIPS)}")
     p.add_argument(
         "--server-configs",
-        default="ov-fp32,ov-bf16,ov-fp16-bf16,cpu-fp32,fw-int8",
+        default="ov-int8-bf16,ov-fp16-bf16,fw-int8",
         help="ours: a server per configuration; fw-*: faster-whisper's warm process alike",
     )
     p.add_argument("--requests", type=int, default=100, help="jfk requests per server")
@@ -62,8 +60,8 @@ def parse_args() -> argparse.Namespace:
     common.add_args(p)
     args = p.parse_args()
     if args.quick:
-        args.models, args.cli_configs, args.cli_clips = "tiny.en", "ov-fp32,fw-int8", "jfk"
-        args.server_configs = "ov-fp32,fw-int8"
+        args.models, args.cli_configs, args.cli_clips = "tiny.en", "ov-int8-bf16,fw-int8", "jfk"
+        args.server_configs = "ov-int8-bf16,fw-int8"
         args.requests = 20 if args.requests == 100 else args.requests
     return args
 

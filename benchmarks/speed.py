@@ -39,9 +39,9 @@ from benchmarks import common  # noqa: E402
 from benchmarks.common import CONFIGS, Worker  # noqa: E402
 
 CLIP_PATHS = {"jfk": common.JFK, "earnings60": common.EARNINGS, "long10m": common.LONG}
-ALL = "ov-fp32,ov-bf16,ov-fp16,ov-fp16-bf16,cpu-fp32,fw-int8,fw-fp32"
-LONG_DEFAULT = "ov-fp32,ov-bf16,fw-int8"
-QUICK = "ov-fp32,ov-bf16,cpu-fp32,fw-int8,fw-fp32"
+ALL = "ov-int8-bf16,ov-int8,ov-fp16-bf16,ov-fp32,cpu-int8,fw-int8,fw-fp32"
+LONG_DEFAULT = "ov-int8-bf16,ov-fp16-bf16,fw-int8"
+QUICK = "ov-int8-bf16,ov-fp32,cpu-int8,fw-int8,fw-fp32"
 
 
 def parse_args() -> argparse.Namespace:

@@ -20,32 +20,37 @@ _ONNX_TYPES = {
 }
 
 
+INT8_GROUP = 64  # input channels per int8 scale
+
+
 @dataclass(frozen=True)
 class WeightFormat:
     """How parameters are stored in the graph files.
 
     dtype: numpy name of every parameter's storage ("float32" or "float16"); compute is fp32.
     int8_matrices: matrix weights (linear layers and the token embedding, ~95 % of the
-        parameters) are stored as int8 with one fp32 scale per output channel (symmetric, no
-        zero point) and expanded by DequantizeLinear, which OpenVINO keeps as compressed weights.
+        parameters) are stored as int8 with an fp16 scale per output channel and group of
+        `INT8_GROUP` input channels (symmetric, no zero point); OpenVINO keeps them compressed.
     """
 
     dtype: str = "float32"
     int8_matrices: bool = False
 
 
-def quantize_int8(array: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 with one scale per index of `axis`: array ~= q * scale (broadcast on axis).
+def quantize_int8(rows: np.ndarray, group: int = INT8_GROUP) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 of a matrix [out, in] with one scale per row and group of `group` columns.
 
-    Returns q int8 (same shape, values in [-127, 127]) and scale fp32 [array.shape[axis]].
+    Returns q int8 [out, in / group, group] (values in [-127, 127]) and scale fp16
+    [out, in / group, 1], with rows ~= (q * scale).reshape(out, in). A row length that `group`
+    does not divide gets one scale per row.
     """
-    values = np.asarray(array, np.float32)
-    others = tuple(i for i in range(values.ndim) if i != axis)
-    scale = np.abs(values).max(axis=others) / 127.0
-    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
-    shape = [1] * values.ndim
-    shape[axis] = -1
-    q = np.clip(np.rint(values / scale.reshape(shape)), -127, 127).astype(np.int8)
+    values = np.asarray(rows, np.float32)
+    out_dim, in_dim = values.shape
+    group = group if in_dim % group == 0 else in_dim
+    grouped = values.reshape(out_dim, in_dim // group, group)
+    scale = (np.abs(grouped).max(axis=2, keepdims=True) / 127.0).astype(np.float16)
+    scale = np.where(scale > 0, scale, np.float16(1.0))
+    q = np.clip(np.rint(grouped / scale.astype(np.float32)), -127, 127).astype(np.int8)
     return q, scale
 
 
@@ -103,20 +108,26 @@ class GraphBuilder:
         return value
 
     def matrix(self, name: str, array: np.ndarray, channel_axis: int) -> str:
-        """A matrix parameter whose output channels run along `channel_axis`; an fp32 value.
+        """A 2-D parameter whose output channels run along `channel_axis`; an fp32 value.
 
-        int8 with per-channel scales when the format says so, else as `weight()`.
+        int8 in groups (`quantize_int8`) when the format says so, else as `weight()`. The int8
+        form is expanded by Cast -> Mul(scale) -> Reshape -> Cast, the pattern OpenVINO keeps as
+        compressed weights and expands inside the matrix multiply.
         """
         if not self.weight_format.int8_matrices:
             return self.weight(name, array)
         if name in self._weights:
             return self._weights[name]
-        q, scale = quantize_int8(array, channel_axis)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(q), name))
+        rows = array if channel_axis == 0 else array.T  # [out, in]
+        q, scale = quantize_int8(rows, INT8_GROUP)
+        self.initializers.append(numpy_helper.from_array(q, name))
         self.initializers.append(numpy_helper.from_array(scale, f"{name}.scale"))
-        value = self.op(
-            "DequantizeLinear", [name, f"{name}.scale"], name=f"{name}_fp32", axis=channel_axis
-        )
+        value = self.op("Cast", [name], to=TensorProto.FLOAT16)
+        value = self.op("Mul", [value, f"{name}.scale"])
+        value = self.op("Reshape", [value, self.const(np.array(rows.shape, np.int64))])
+        value = self.op("Cast", [value], to=TensorProto.FLOAT, name=f"{name}_fp32")
+        if channel_axis == 1:
+            value = self.op("Transpose", [value], perm=[1, 0])
         self._weights[name] = value
         return value
 

@@ -38,12 +38,15 @@ def test_bad_options_are_refused() -> None:
 
 
 def test_auto_precision(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_dynamic_quantization = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}  # every CPU graph
     monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: True)
-    assert _openvino_config("CPU", "auto", False) == {"CPU": {"INFERENCE_PRECISION_HINT": "bf16"}}
+    assert _openvino_config("CPU", "auto", False) == {
+        "CPU": {"INFERENCE_PRECISION_HINT": "bf16", **no_dynamic_quantization}
+    }
     decoder = _openvino_config("CPU", "auto", True)["CPU"]
     assert decoder["SNIPPETS_MODE"] == "DISABLE"  # OpenVINO 2025.4 bug with bf16 attention
     assert _openvino_config("GPU", "auto", True) == {}
     monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: False)
-    assert _openvino_config("CPU", "auto", True) == {}
-    assert _openvino_config("CPU", None, True) == {}
+    assert _openvino_config("CPU", "auto", True) == {"CPU": no_dynamic_quantization}
+    assert _openvino_config("CPU", None, True) == {"CPU": no_dynamic_quantization}
     assert _openvino_config("NPU", "f16", False) == {"NPU": {"INFERENCE_PRECISION_HINT": "f16"}}
