@@ -8,8 +8,8 @@ level (errors over all clips / reference words) after Whisper's English normalis
 (transformers' `EnglishTextNormalizer` with openai/whisper's spelling map; torch is not
 imported). The empty clip's output is reported separately (it should be empty).
 
-Configurations: ours on OpenVINO (fp32 files, bf16 precision hint, fp16 files) and the CPU EP,
-faster-whisper int8 and float32; language fixed to English; beam 1 and 5.
+Configurations: ours on OpenVINO (int8, fp16 or fp32 files, with or without the bf16 hint)
+and the CPU EP, faster-whisper int8 and float32; language fixed to English; beam 1 and 5.
 
     .venv/bin/python benchmarks/accuracy.py            # both models, ~8 min
     .venv/bin/python benchmarks/accuracy.py --quick    # tiny.en, OV fp32 + fw int8/fp32
