@@ -117,6 +117,8 @@ def add_args(parser: Any) -> None:
 
 
 def start_load(args: Any) -> float:
+    """Make the output folder, wait for a quiet machine unless --no-wait; the load average."""
+    args.out_dir.mkdir(parents=True, exist_ok=True)  # plots are written there before the table
     return load1() if args.no_wait else wait_for_quiet(args.max_load)
 
 
