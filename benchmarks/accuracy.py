@@ -12,7 +12,7 @@ Configurations: ours on OpenVINO (int8, fp16 or fp32 files, with or without the 
 and the CPU EP, faster-whisper int8 and float32; language fixed to English; beam 1 and 5.
 
     .venv/bin/python benchmarks/accuracy.py            # both models, ~8 min
-    .venv/bin/python benchmarks/accuracy.py --quick    # tiny.en, OV fp32 + fw int8/fp32
+    .venv/bin/python benchmarks/accuracy.py --quick    # tiny.en, OV int8 + bf16, fw int8/fp32
 
 Writes benchmarks/results/accuracy.md (+ accuracy.json with every transcript).
 """

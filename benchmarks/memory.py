@@ -66,10 +66,6 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def models_dir(config: Config, model: str) -> Path:
-    return common.models_dir_for(model, config.files)
-
-
 def run_child(cmd: list[str], stdin_text: str | None, threads: int) -> tuple[int, float, float]:
     """(exit code, peak RSS MB, wall s) of one child process."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -117,7 +113,7 @@ def cli_peak(model: str, config: Config, clip: Path, args: argparse.Namespace) -
             "--model",
             model,
             "--models-dir",
-            str(models_dir(config, model)),
+            str(common.models_dir_for(model, config.files)),
             "--threads",
             str(args.threads),
             "--ep",
@@ -170,7 +166,7 @@ def server_curve(model: str, config: Config, args: argparse.Namespace) -> dict:
     # glibc malloc set in the environment, as `make run` and the Docker image start the server
     server = start_server(
         model,
-        models_dir(config, model),
+        common.models_dir_for(model, config.files),
         1,
         args.threads,
         config.ep,

@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(PRECISIONS),
         default="int8",
         help=(
-            "weight storage: int8 = linear layers and the token embedding in int8 with per-channel"
-            " scales, the rest fp16; fp16; fp32 (default: %(default)s)"
+            "weight storage: int8 = linear layers and the token embedding in int8 with a scale per"
+            " output channel and group of 64 inputs, the rest fp16; fp16; fp32"
+            " (default: %(default)s)"
         ),
     )
     build.add_argument("--models-dir", type=Path, default=Path("models"))

@@ -16,7 +16,6 @@ _ONNX_TYPES = {
     np.dtype(np.float16): TensorProto.FLOAT16,
     np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.bool_): TensorProto.BOOL,
-    np.dtype(np.int8): TensorProto.INT8,
 }
 
 
