@@ -182,9 +182,11 @@ class GraphBuilder:
 
         q [B, H, T, Dh], k/v [B|1, H, S, Dh] -> [B, H, T, Dh].
         """
+        # The scale goes on q, the small operand: on the scores OpenVINO moves it onto k, and
+        # then scales every cached or cross key on every call.
+        scaled_q = self.op("Mul", [q, self.const(np.float32(head_dim**-0.5))])
         k_t = self.op("Transpose", [k], perm=[0, 1, 3, 2])
-        scores = self.op("MatMul", [q, k_t])
-        scores = self.op("Mul", [scores, self.const(np.float32(head_dim**-0.5))])
+        scores = self.op("MatMul", [scaled_q, k_t])
         if bias is not None:
             scores = self.op("Add", [scores, bias])
         return self.op("MatMul", [self.op("Softmax", [scores], axis=-1), v])

@@ -122,6 +122,36 @@ def _mask_bias(g: GraphBuilder, input_ids: str, attention_mask: str) -> str:
     return g.op("Where", [allowed, g.const(np.float32(0.0)), g.const(np.float32(_MASKED))])
 
 
+def _cross_attention(g: GraphBuilder, q: str, k: str, v: str, head_dim: int) -> str:
+    """Attention of q [B, H, T, Dh] over the encoder's k/v [Bc, H, 1500, Dh], Bc dividing B.
+
+    The B / Bc rows that share a window (beams over a batch-1 cross K/V) are folded into the
+    query length, so each window's K/V is read once per call instead of once per row:
+    q -> [Bc, H, (B / Bc) * T, Dh] -> attention -> back to [B, H, T, Dh].
+    """
+    q_shape = g.op("Shape", [q])  # [B, H, T, Dh]
+    windows_and_heads = g.op("Slice", [g.op("Shape", [k]), g.const([0]), g.const([2])])
+    rows_per_window = g.const(np.array([-1], np.int64))
+    tokens_and_dim = g.op("Slice", [q_shape, g.const([2]), g.const([4])])
+    # [B, H, T, Dh] -> [Bc, R, H, T, Dh] -> [Bc, H, R, T, Dh] -> [Bc, H, R*T, Dh]
+    window_first = g.op(
+        "Concat",
+        [
+            g.op("Slice", [windows_and_heads, g.const([0]), g.const([1])]),
+            rows_per_window,
+            g.op("Slice", [q_shape, g.const([1]), g.const([4])]),
+        ],
+        axis=0,
+    )
+    grouped = g.op("Transpose", [g.op("Reshape", [q, window_first])], perm=[0, 2, 1, 3, 4])
+    folded = g.op("Reshape", [grouped, g.const(np.array([0, 0, -1, head_dim], np.int64))])
+    heads = g.attention(folded, k, v, head_dim)  # [Bc, H, R*T, Dh]
+    unfolded_shape = g.op("Concat", [windows_and_heads, rows_per_window, tokens_and_dim], axis=0)
+    unfolded = g.op("Reshape", [heads, unfolded_shape])  # [Bc, H, R, T, Dh]
+    rows_first = g.op("Transpose", [unfolded], perm=[0, 2, 1, 3, 4])  # [Bc, R, H, T, Dh]
+    return g.op("Reshape", [rows_first, q_shape])
+
+
 def build_decoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelProto:
     """One decoder graph for prefill, steps, beams, batches and the static buffer (contract.py)."""
     dims = w.dims()
@@ -170,7 +200,7 @@ def build_decoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelP
             h, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"], f"{prefix}.q_proj"
         )
         q = g.split_heads(q, dims.n_heads, dims.head_dim)
-        heads = g.attention(q, cross[f"cross_k_{i}"], cross[f"cross_v_{i}"], dims.head_dim)
+        heads = _cross_attention(g, q, cross[f"cross_k_{i}"], cross[f"cross_v_{i}"], dims.head_dim)
         x = g.op("Add", [x, _attention_out(g, heads, w, prefix)])
         x = _feed_forward(g, x, w, layer)
 
