@@ -241,13 +241,6 @@ class WhisperSessions:
             "decoder": self._decoder.get_providers()[0],
         }
 
-    @property
-    def stable_rows(self) -> int:
-        """Fewest rows (x new tokens) per decoder call whose logits equal the same row's in any
-        larger call. OpenVINO's int8 compressed-weight kernels take another path for a single
-        row (its logits differ by up to ~0.1), so int8 files on OpenVINO need 2; else 1."""
-        return 2 if self.ep == "openvino" and self.manifest.precision == "int8" else 1
-
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
         """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]."""
         return self._encoder.run(self._encoder_outputs, {"input_features": features})

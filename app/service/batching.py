@@ -523,7 +523,7 @@ class BatchingSessions:
     def _decode_alone(self, call: _Call) -> None:
         started = time.perf_counter()
         try:
-            result = self._decode_stable(call)
+            result = self.inner.decode(*call.inputs)
         except Exception as e:
             call.finish(error=e)
             return
@@ -531,23 +531,6 @@ class BatchingSessions:
         waited, seconds = started - call.arrived, time.perf_counter() - started
         self._count(call.new_tokens, call.rows)
         self._record(StepRecord(_kind(call), call.rows, 1, 0.0, waited, seconds))
-
-    def _decode_stable(self, call: _Call) -> tuple[np.ndarray, list[np.ndarray]]:
-        """The decoder call of one caller, with its rows repeated up to the model's
-        `stable_rows`, so a sequence's logits do not depend on whether it ran alone or packed
-        with others. A single row's window has batch 1, read once for both copies."""
-        input_ids, position_ids, mask, past, cross = call.inputs
-        copies = -(-self.inner.stable_rows // (call.rows * call.new_tokens))
-        if copies == 1:
-            return self.inner.decode(*call.inputs)
-        logits, new = self.inner.decode(
-            np.repeat(input_ids, copies, axis=0),
-            np.repeat(position_ids, copies, axis=0),
-            np.repeat(mask, copies, axis=0),
-            [np.repeat(p, copies, axis=0) for p in past],
-            cross,
-        )
-        return logits[: call.rows], [n[: call.rows] for n in new]
 
     def _decode_group(self, layout: _Layout, cross: list[np.ndarray]) -> None:
         """One decoder call for the calls of `layout` (all with the same number of new tokens T);

@@ -126,34 +126,3 @@ def test_windows_live_in_slab_slots(tiny, batched) -> None:
     gc.collect()
     third = batched.encode(features)
     assert third.slot == 0, "the freed slot is reused first"
-
-
-def test_a_row_alone_gets_the_logits_it_gets_packed(tiny, batched) -> None:
-    """A lone sequence's step gives bit-identical logits to the same row packed with another
-    window's row, so a transcript does not depend on the server's load (with int8 files a
-    single-row call takes another OpenVINO kernel path: the scheduler runs it as 2 rows)."""
-    dims = tiny.manifest.dims
-    rng = np.random.default_rng(3)
-    crosses = [window_cross(tiny, clip(name)) for name in (JFK, EARNINGS)]
-    past_len = 12
-    pasts = [
-        [
-            rng.standard_normal((1, dims.n_heads, past_len, dims.head_dim), np.float32)
-            for _ in range(2 * dims.n_text_layer)
-        ]
-        for _ in crosses
-    ]
-    ids, positions = np.array([[440], [1000]]), np.full((2, 1), past_len)
-    mask = np.ones((2, past_len + 1), np.int64)
-    packed, packed_new = tiny.decode(
-        ids,
-        positions,
-        mask,
-        [np.concatenate(layer) for layer in zip(*pasts, strict=True)],
-        [np.concatenate(layer) for layer in zip(*crosses, strict=True)],
-    )
-    alone, alone_new = batched.decode(ids[:1], positions[:1], mask[:1], pasts[0], crosses[0])
-    assert batched.records[-1].calls == 1
-    np.testing.assert_array_equal(alone, packed[:1])
-    for a, p in zip(alone_new, packed_new, strict=True):
-        np.testing.assert_array_equal(a, p[:1])
