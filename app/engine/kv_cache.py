@@ -2,8 +2,9 @@
 
 One small interface, three strategies:
 
-- `ConcatCache` (default): past self K/V grow by host concatenation along axis 2; a prefix of
-  T > 1 tokens is prefilled in one decoder call.
+- `ConcatCache` (default): past self K/V grow on the host along axis 2, in buffers that add
+  `GROWTH_CHUNK` positions when full (the unfilled slots are masked); a prefix of T > 1 tokens
+  is prefilled in one decoder call.
 - `StaticCache` (the NPU path): preallocated [B, H, N, Dh] buffers with N = n_text_ctx, T = 1 on
   every call, `attention_mask` [B, N + 1] marks the filled slots plus the new token, the host writes
   `new_*` into slot `position`. The decoder's input shapes never change (for a given batch size),
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 CacheMode = Literal["concat", "static", "none"]
 CACHE_MODES: tuple[str, ...] = ("concat", "static", "none")
 PREFILL_CHUNK = 32  # most new tokens per decoder call of the concat cache
+GROWTH_CHUNK = 64  # positions a full concat cache's buffers grow by
 
 
 class ContextFullError(RuntimeError):
@@ -156,45 +158,46 @@ class KVCache(ABC):
 
 
 class ConcatCache(KVCache):
-    """Past self K/V [B, H, P, Dh] per layer, grown by concatenation along axis 2.
+    """Past self K/V in host buffers [B, H, C, Dh] per layer that grow along axis 2.
 
-    The new K/V of a call and a beam reorder are applied lazily, in one copy when the next call
-    needs its past: row b of the next past = concat(past[order[b]], new[order[b]]).
+    C, the positions held, is `length` rounded up to a multiple of `GROWTH_CHUNK`. A call passes
+    the whole buffers as past, with `attention_mask` [B, C + T] marking the `length` filled slots
+    and the T new tokens; the call's new K/V are then written into slots length..length+T-1. Full
+    buffers grow by `GROWTH_CHUNK` positions in one copy. So a step copies only its new
+    positions (not the whole past), and the decoder sees a new input shape once every
+    `GROWTH_CHUNK` steps: OpenVINO re-plans a graph for every new shape.
+
+    A beam reorder is applied lazily, to the rows that moved, before the next call.
     """
 
     mode = "concat"
 
     def __init__(self, sessions: WhisperSessions, cross: list[np.ndarray], batch: int = 1) -> None:
         super().__init__(sessions, cross, batch)
-        self.past = self._empty_past(batch)  # [past_k_0, past_v_0, ...] each [B, H, P, Dh]
-        self._tail: list[np.ndarray] | None = None  # new K/V of the last call [B, H, T, Dh]
-        self._order: np.ndarray | None = None  # pending beam reorder of past + tail
+        self.buffers = self._empty_past(batch)  # [past_k_0, past_v_0, ...] each [B, H, C, Dh]
+        self._order: np.ndarray | None = None  # pending beam reorder of the filled slots
 
-    def _materialize(self) -> list[np.ndarray]:
-        """The past for the next call: [B, H, length, Dh] per layer, reordered."""
-        if self._tail is None and self._order is None:
-            return self.past
-        tail = self._tail
-        order = self._order
-        merged = []
-        for i, p in enumerate(self.past):
-            if tail is None:
-                assert order is not None
-                merged.append(p[order])
-                continue
-            t = tail[i]
-            n_past = p.shape[2]
-            out = np.empty((p.shape[0], p.shape[1], n_past + t.shape[2], p.shape[3]), p.dtype)
-            if order is None:
-                out[:, :, :n_past] = p
-                out[:, :, n_past:] = t
-            else:
-                for row, src in enumerate(order.tolist()):
-                    out[row, :, :n_past] = p[src]
-                    out[row, :, n_past:] = t[src]
-            merged.append(out)
-        self.past, self._tail, self._order = merged, None, None
-        return merged
+    @property
+    def held(self) -> int:
+        """Positions the buffers hold (filled or not)."""
+        return self.buffers[0].shape[2]
+
+    def _make_room(self, new_tokens: int) -> None:
+        """Apply a pending beam reorder; grow the buffers so `new_tokens` more positions fit."""
+        filled, order = self.length, self._order
+        self._order = None
+        if filled + new_tokens > self.held:
+            held = min(-(-(filled + new_tokens) // GROWTH_CHUNK) * GROWTH_CHUNK, self.capacity)
+            shape = (self.batch, self.n_heads, held, self.head_dim)
+            grown = [np.zeros(shape, np.float32) for _ in self.buffers]
+            rows = slice(None) if order is None else order
+            for dst, src in zip(grown, self.buffers, strict=True):
+                dst[:, :, :filled] = src[rows, :, :filled]
+            self.buffers = grown
+        elif order is not None:
+            moved = np.flatnonzero(order != np.arange(self.batch))
+            for buf in self.buffers:
+                buf[moved, :, :filled] = buf[order[moved], :, :filled]
 
     def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
         n, absolute, out = self._start_forward(tokens, positions)
@@ -202,15 +205,20 @@ class ConcatCache(KVCache):
         # ([B, T, V], 0.2 MB per position), and OpenVINO keeps buffers for the largest T it saw
         for chunk_start in range(self.length, n, PREFILL_CHUNK):
             chunk_end = min(n, chunk_start + PREFILL_CHUNK)
-            past = self._materialize()
-            new_ids = np.ascontiguousarray(tokens[:, chunk_start:chunk_end], dtype=np.int64)
             t = chunk_end - chunk_start
+            self._make_room(t)
+            new_ids = np.ascontiguousarray(tokens[:, chunk_start:chunk_end], dtype=np.int64)
             position_ids = np.broadcast_to(
                 np.arange(chunk_start, chunk_end, dtype=np.int64), (self.batch, t)
             )
-            mask = np.ones((self.batch, chunk_end), np.int64)  # [B, P + T]
-            logits, new = self._decode(new_ids, np.ascontiguousarray(position_ids), mask, past)
-            self._tail = new
+            mask = np.zeros((self.batch, self.held + t), np.int64)  # [B, C + T]
+            mask[:, :chunk_start] = 1
+            mask[:, self.held :] = 1
+            logits, new = self._decode(
+                new_ids, np.ascontiguousarray(position_ids), mask, self.buffers
+            )
+            for buf, k in zip(self.buffers, new, strict=True):
+                buf[:, :, chunk_start:chunk_end] = k
             self.length = chunk_end
             self._keep(out, logits, absolute, chunk_start)
         return out
@@ -228,14 +236,13 @@ class ConcatCache(KVCache):
         if self.batch != 1:
             raise ValueError("only a batch-1 cache can be forked")
         other = ConcatCache(self.sessions, self.cross, batch)
-        other.past = [np.repeat(p, batch, axis=0) for p in self._materialize()]
+        other.buffers = [np.repeat(b, batch, axis=0) for b in self.buffers]
         other.length = self.length
         return other
 
     @property
     def self_nbytes(self) -> int:
-        tail = sum(t.nbytes for t in self._tail) if self._tail is not None else 0
-        return int(sum(p.nbytes for p in self.past) + tail)
+        return int(sum(b.nbytes for b in self.buffers))
 
 
 class StaticCache(KVCache):

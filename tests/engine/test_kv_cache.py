@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from app.engine.decoding import DecodingOptions, PrefixMemo, decode
-from app.engine.kv_cache import PREFILL_CHUNK, ConcatCache, StaticCache, make_cache
+from app.engine.kv_cache import (
+    GROWTH_CHUNK,
+    PREFILL_CHUNK,
+    ConcatCache,
+    StaticCache,
+    make_cache,
+)
 from tests.engine.conftest import EARNINGS, JFK, SPANISH, clip, window_cross
 
 MODES = ("concat", "static", "none")
@@ -85,12 +91,13 @@ def test_cache_sizes(tiny, tiny_tok):
     concat = make_cache("concat", tiny, cross)
     concat.forward(tokens)
     self_per_pos = 2 * dims.n_text_layer * dims.n_heads * dims.head_dim * 4
+    held = GROWTH_CHUNK * self_per_pos  # 4 positions filled, one chunk held
     assert concat.cross_nbytes == cross_bytes
-    assert concat.self_nbytes == 4 * self_per_pos
-    assert concat.nbytes == cross_bytes + 4 * self_per_pos
+    assert concat.self_nbytes == held
+    assert concat.nbytes == cross_bytes + held
 
     beams = concat.fork(5)
-    assert beams.self_nbytes == 5 * 4 * self_per_pos
+    assert beams.self_nbytes == 5 * held
     assert beams.cross_nbytes == cross_bytes  # shared, batch 1, not copied per beam
     assert all(a is b for a, b in zip(beams.cross, cross, strict=True))
 
@@ -178,3 +185,28 @@ def test_cache_is_3x_faster_per_token_at_100_plus_tokens(tiny, tiny_tok):
     ms = {m: round(v * 1000, 2) for m, v in per_token.items()}
     print(f"decoder ms/token at 102-118 tokens: {ms}")
     assert per_token["none"] >= 3 * per_token["concat"]
+
+
+def test_concat_buffers_grow_across_a_chunk_edge_under_beam_reorders(tiny, tiny_tok):
+    """Beam rows reordered at every step while the buffers grow past a GROWTH_CHUNK edge: each
+    step's logits stay those of the no-cache reference on the reordered sequences."""
+    cross = window_cross(tiny, clip(JFK))
+    rng = np.random.default_rng(5)
+    start = [tiny_tok.sot, tiny_tok.no_timestamps]
+    prefix = ConcatCache(tiny, cross)
+    prefix.forward(np.array([start], np.int64))
+    cache = prefix.fork(3)
+    tokens = np.tile(np.array(start, np.int64), (3, 1))
+    words = tiny_tok.encode(" and so my fellow Americans ask not what your country can do for you")
+    checked = []
+    while tokens.shape[1] < GROWTH_CHUNK + 4:
+        order = rng.integers(0, 3, size=3)
+        cache.reorder(order)
+        tokens = np.concatenate([tokens[order], rng.choice(words, size=(3, 1))], axis=1)
+        got = cache.forward(tokens)
+        if tokens.shape[1] in (8, GROWTH_CHUNK, GROWTH_CHUNK + 1, GROWTH_CHUNK + 4):
+            reference = make_cache("none", tiny, cross, 3).forward(tokens)
+            np.testing.assert_allclose(got, reference, atol=2e-3)
+            checked.append(cache.held)
+    assert checked == [GROWTH_CHUNK, GROWTH_CHUNK, 2 * GROWTH_CHUNK, 2 * GROWTH_CHUNK]
+    assert prefix.held == GROWTH_CHUNK and prefix.length == 2, "the forked prefix is untouched"
