@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import statistics
 import sys
 import time
@@ -40,6 +39,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from app.api.metrics import batch_rows  # noqa: E402
 from benchmarks import common  # noqa: E402
 from benchmarks import stream_latency as live  # noqa: E402
 from benchmarks.api_latency import launch_server, run_clients, start_server  # noqa: E402
@@ -124,13 +124,7 @@ def post(client: httpx.Client, url: str, audio: bytes, model: str, beam: int) ->
 
 def decode_rows(url: str, model: str) -> tuple[float, float]:
     """(sum, count) of stt_batch_rows for decode steps (0, 0 when batching is off)."""
-    text = httpx.get(url + "/metrics", timeout=10).text
-    out = []
-    for name in ("sum", "count"):
-        pattern = rf'^stt_batch_rows_{name}{{kind="decode",model="{re.escape(model)}"}} (\S+)$'
-        m = re.search(pattern, text, flags=re.MULTILINE)
-        out.append(float(m.group(1)) if m else 0.0)
-    return out[0], out[1]
+    return batch_rows(httpx.get(url + "/metrics", timeout=10).text, model)
 
 
 def clients_level(url: str, model: str, audio: bytes, clients: int, per_client: int, beam: int):

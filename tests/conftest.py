@@ -12,6 +12,7 @@ MODELS_DIR = REPO / "models"
 TESTDATA = (REPO / ".." / "shared" / "testdata").resolve()
 AUDIO = TESTDATA / "audio"
 WEIGHTS_CACHE = REPO / ".cache" / "weights"
+FP16_MODELS_DIR = REPO / ".cache" / "test-models-fp16"
 
 
 def testdata_manifest() -> list[dict]:
@@ -24,6 +25,20 @@ def model_dir(name: str) -> Path:
     if not (folder / "manifest.json").is_file():
         pytest.fail(f"{folder} is not built: run `make test-models` (make test does it)")
     return folder
+
+
+def fp16_model_dir(name: str) -> Path:
+    """`name` built with fp16 files (once; kept in .cache). Tests that compare batched with lone
+    decoding use it: with fp16 (and fp32) files OpenVINO gives a row bit-identical logits however
+    many rows share the call, while its int8 compressed-weight kernels round differently at 1,
+    2-3 and >= 4 rows, so a near-tie token can flip with the load (benchmarks/results/
+    batching_recheck.md)."""
+    from app.export.build import build_model
+
+    build_model(
+        name, FP16_MODELS_DIR, WEIGHTS_CACHE, precision="fp16", skip_existing=True, progress=False
+    )
+    return FP16_MODELS_DIR / name
 
 
 @pytest.fixture(scope="session")

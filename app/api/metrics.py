@@ -19,6 +19,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import require_api_key
@@ -156,6 +157,17 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def batch_rows(exposition: str, model: str, kind: str = "decode") -> tuple[float, float]:
+    """(sum, count) of the `stt_batch_rows` histogram of `model`'s `kind` steps in a /metrics
+    text (0, 0 when batching is off), for clients that read the scheduler's rows per step."""
+    values = {"stt_batch_rows_sum": 0.0, "stt_batch_rows_count": 0.0}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name in values and sample.labels == {"kind": kind, "model": model}:
+                values[sample.name] = sample.value
+    return values["stt_batch_rows_sum"], values["stt_batch_rows_count"]
 
 
 class RequestMetricsMiddleware:

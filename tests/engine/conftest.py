@@ -20,7 +20,7 @@ from app.engine.tokenizer import Tokenizer
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from app.service.transcriber import Transcriber
-from tests.conftest import AUDIO, MODELS_DIR, testdata_manifest
+from tests.conftest import AUDIO, MODELS_DIR, fp16_model_dir, testdata_manifest
 
 ENGLISH_CLIPS = [
     e["file"].removeprefix("audio/") for e in testdata_manifest() if e["language"] == "en"
@@ -79,6 +79,12 @@ def seconds(n: float) -> int:
 @pytest.fixture(scope="session")
 def tiny() -> WhisperSessions:
     return _sessions("tiny.en", "openvino")
+
+
+@pytest.fixture(scope="session")
+def tiny_fp16() -> WhisperSessions:
+    """tiny.en with fp16 files (`tests.conftest.fp16_model_dir`), on OpenVINO."""
+    return WhisperSessions.load(fp16_model_dir("tiny.en"), RuntimeOptions(device="CPU"))
 
 
 @pytest.fixture(scope="session")
