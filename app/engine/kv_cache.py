@@ -11,6 +11,9 @@ One small interface, three strategies:
   so a static-shape device compiles the graph once.
 - `NoCache`: the reference; re-runs the whole sequence every step with an empty past (P = 0).
 
+`ConcatCache` and `StaticCache` share one mechanism (`_SlotCache`) and differ only in how many
+positions they hold and how many tokens they feed per call.
+
 All of them take the *whole* token sequences [B, L] and feed the decoder only what it has not seen
 yet, so the decode loop does not care which strategy it runs. Cross-attention K/V come from
 `WhisperSessions.encode()` once per 30 s window and are passed by reference on every call (batch 1;
@@ -152,30 +155,32 @@ class KVCache(ABC):
         self.calls += 1
         return logits, new
 
-    def _empty_past(self, batch: int) -> list[np.ndarray]:
-        shape = (batch, self.n_heads, 0, self.head_dim)
+    def _zeros(self, positions: int) -> list[np.ndarray]:
+        """Zeroed self K/V [B, H, positions, Dh] per layer (k, v, k, v, ...)."""
+        shape = (self.batch, self.n_heads, positions, self.head_dim)
         return [np.zeros(shape, np.float32) for _ in range(2 * self.n_layers)]
 
 
-class ConcatCache(KVCache):
-    """Past self K/V in host buffers [B, H, C, Dh] per layer that grow along axis 2.
+class _SlotCache(KVCache):
+    """Past self K/V in host buffers [B, H, C, Dh] per layer (C = `held` positions, filled or
+    not); the mechanism shared by `ConcatCache` and `StaticCache`, which choose C.
 
-    C, the positions held, is `length` rounded up to a multiple of `GROWTH_CHUNK`. A call passes
-    the whole buffers as past, with `attention_mask` [B, C + T] marking the `length` filled slots
-    and the T new tokens; the call's new K/V are then written into slots length..length+T-1. Full
-    buffers grow by `GROWTH_CHUNK` positions in one copy. So a step copies only its new
-    positions (not the whole past), and the decoder sees a new input shape once every
-    `GROWTH_CHUNK` steps: OpenVINO re-plans a graph for every new shape.
-
-    A beam reorder is applied lazily, to the rows that moved, before the next call.
+    A call passes the whole buffers as past, with `attention_mask` [B, C + T] marking the
+    `length` filled slots and the T new tokens; the call's new K/V are then written into slots
+    length..length+T-1. A beam reorder is applied lazily, to the rows that moved, before the next
+    call.
     """
 
-    mode = "concat"
+    tokens_per_call: int  # most new tokens fed per decoder call
 
     def __init__(self, sessions: WhisperSessions, cross: list[np.ndarray], batch: int = 1) -> None:
         super().__init__(sessions, cross, batch)
-        self.buffers = self._empty_past(batch)  # [past_k_0, past_v_0, ...] each [B, H, C, Dh]
+        self.buffers = self._zeros(self._positions_for(0))  # [past_k_0, past_v_0, ...]
         self._order: np.ndarray | None = None  # pending beam reorder of the filled slots
+
+    @abstractmethod
+    def _positions_for(self, needed: int) -> int:
+        """C to hold when `needed` positions must fit (needed <= capacity)."""
 
     @property
     def held(self) -> int:
@@ -187,9 +192,7 @@ class ConcatCache(KVCache):
         filled, order = self.length, self._order
         self._order = None
         if filled + new_tokens > self.held:
-            held = min(-(-(filled + new_tokens) // GROWTH_CHUNK) * GROWTH_CHUNK, self.capacity)
-            shape = (self.batch, self.n_heads, held, self.head_dim)
-            grown = [np.zeros(shape, np.float32) for _ in self.buffers]
+            grown = self._zeros(self._positions_for(filled + new_tokens))
             rows = slice(None) if order is None else order
             for dst, src in zip(grown, self.buffers, strict=True):
                 dst[:, :, :filled] = src[rows, :, :filled]
@@ -203,8 +206,8 @@ class ConcatCache(KVCache):
         n, absolute, out = self._start_forward(tokens, positions)
         # a long prefix goes in chunks: the graph returns logits for every new position
         # ([B, T, V], 0.2 MB per position), and OpenVINO keeps buffers for the largest T it saw
-        for chunk_start in range(self.length, n, PREFILL_CHUNK):
-            chunk_end = min(n, chunk_start + PREFILL_CHUNK)
+        for chunk_start in range(self.length, n, self.tokens_per_call):
+            chunk_end = min(n, chunk_start + self.tokens_per_call)
             t = chunk_end - chunk_start
             self._make_room(t)
             new_ids = np.ascontiguousarray(tokens[:, chunk_start:chunk_end], dtype=np.int64)
@@ -232,10 +235,10 @@ class ConcatCache(KVCache):
         # row i becomes old row idx[i]; composed with a reorder not yet applied
         self._order = idx if self._order is None else self._order[idx]
 
-    def fork(self, batch: int) -> ConcatCache:
+    def fork(self, batch: int) -> _SlotCache:
         if self.batch != 1:
             raise ValueError("only a batch-1 cache can be forked")
-        other = ConcatCache(self.sessions, self.cross, batch)
+        other = type(self)(self.sessions, self.cross, batch)
         other.buffers = [np.repeat(b, batch, axis=0) for b in self.buffers]
         other.length = self.length
         return other
@@ -245,60 +248,29 @@ class ConcatCache(KVCache):
         return int(sum(b.nbytes for b in self.buffers))
 
 
-class StaticCache(KVCache):
-    """Fixed [B, H, N, Dh] self K/V buffers (N = n_text_ctx); one token per decoder call.
+class ConcatCache(_SlotCache):
+    """Buffers that grow by `GROWTH_CHUNK` positions when full (C = `length` rounded up), fed up
+    to `PREFILL_CHUNK` tokens per call. A step copies only its new positions (not the whole past),
+    and the decoder sees a new input shape once every `GROWTH_CHUNK` steps: OpenVINO re-plans a
+    graph for every new shape."""
 
-    Call k (position k) passes the whole buffer as past with `attention_mask` [B, N + 1]: entries
-    0..k-1 are 1 (filled slots), k..N-1 are 0, and entry N (the new token itself) is 1. The new
-    K/V [B, H, 1, Dh] are written to slot k. The prefix is fed token by token, so every call has the
-    same shapes.
-    """
+    mode = "concat"
+    tokens_per_call = PREFILL_CHUNK
+
+    def _positions_for(self, needed: int) -> int:
+        return min(-(-needed // GROWTH_CHUNK) * GROWTH_CHUNK, self.capacity)
+
+
+class StaticCache(_SlotCache):
+    """Fixed buffers of N = n_text_ctx positions from the start, one token per call: every call
+    has past [B, H, N, Dh] and `attention_mask` [B, N + 1], so a static-shape device compiles the
+    decoder once (for a given batch size)."""
 
     mode = "static"
+    tokens_per_call = 1
 
-    def __init__(self, sessions: WhisperSessions, cross: list[np.ndarray], batch: int = 1) -> None:
-        super().__init__(sessions, cross, batch)
-        shape = (batch, self.n_heads, self.capacity, self.head_dim)
-        self.buffers = [np.zeros(shape, np.float32) for _ in range(2 * self.n_layers)]
-        self.mask = np.zeros((batch, self.capacity + 1), np.int64)  # [B, N + 1]
-        self.mask[:, self.capacity] = 1
-
-    def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
-        n, absolute, out = self._start_forward(tokens, positions)
-        for pos in range(self.length, n):
-            input_ids = np.ascontiguousarray(tokens[:, pos : pos + 1], dtype=np.int64)  # [B, 1]
-            position_ids = np.full((self.batch, 1), pos, np.int64)
-            logits, new = self._decode(input_ids, position_ids, self.mask, self.buffers)
-            for buf, k in zip(self.buffers, new, strict=True):
-                buf[:, :, pos] = k[:, :, 0]
-            self.mask[:, pos] = 1
-            self.length = pos + 1
-            self._keep(out, logits, absolute, pos)
-        return out
-
-    def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
-        idx = np.asarray(beam_indices, dtype=np.intp)
-        if idx.shape != (self.batch,):
-            raise ValueError(f"need {self.batch} beam indices, got {idx.shape}")
-        if np.array_equal(idx, np.arange(self.batch)):
-            return
-        filled = self.length  # only the filled slots need moving
-        for buf in self.buffers:
-            buf[:, :, :filled] = buf[idx, :, :filled]
-
-    def fork(self, batch: int) -> StaticCache:
-        if self.batch != 1:
-            raise ValueError("only a batch-1 cache can be forked")
-        other = StaticCache(self.sessions, self.cross, batch)
-        for dst, src in zip(other.buffers, self.buffers, strict=True):
-            dst[:] = src  # broadcast over rows
-        other.mask[:] = self.mask
-        other.length = self.length
-        return other
-
-    @property
-    def self_nbytes(self) -> int:
-        return int(sum(b.nbytes for b in self.buffers))
+    def _positions_for(self, needed: int) -> int:
+        return self.capacity
 
 
 class NoCache(KVCache):
@@ -313,7 +285,7 @@ class NoCache(KVCache):
             np.broadcast_to(np.arange(n, dtype=np.int64), (self.batch, n))
         )
         mask = np.ones((self.batch, n), np.int64)
-        logits, _ = self._decode(input_ids, position_ids, mask, self._empty_past(self.batch))
+        logits, _ = self._decode(input_ids, position_ids, mask, self._zeros(0))
         self.length = n
         return logits[:, absolute]
 
