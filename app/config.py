@@ -79,6 +79,12 @@ class Settings(BaseSettings):
     batch_lanes: int = Field(
         default=1, ge=1, le=4, description="Batching: decoder calls in flight at once."
     )
+    batch_encoder_share: float = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description="Batching on one CPU: largest share of time encoder calls take while decoding.",
+    )
     max_queue: int = Field(default=8, ge=0, description="Requests waiting for a worker; then 429.")
     max_upload_mb: float = Field(default=25.0, gt=0, description="Largest accepted upload (MiB).")
     max_audio_s: float = Field(

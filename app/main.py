@@ -81,6 +81,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
             wait_ms=settings.batch_wait_ms,
             max_encode=settings.batch_max_encode,
             lanes=settings.batch_lanes,
+            encoder_share=settings.batch_encoder_share,
         )
     return ModelRegistry(
         models_dir=settings.models_dir,

@@ -19,8 +19,9 @@ encoder lane) are the only ones that run the model. The decoder lane loops:
    not serving do their Python part of the step (logit filters, search) and gather in another
    lane (measured on 2 cores: no gain over one lane, so the default is 1);
 4. encoder: a second thread, the encoder lane, runs up to `max_encode` new 30 s windows per
-   encoder call, next to the decoder lane: running decodes never wait for an encoder call (they
-   share the cores with it; a decoder step is memory-bound and leaves compute to spare).
+   encoder call. When both stages run on the CPU, the two lanes take turns on the cores
+   (`CoreTurns`: at once they slow each other down several-fold), the encoder taking at most
+   `encoder_share` of the time while decodes run; on other devices they run side by side.
 
 Cross K/V cost: a decoder row reads its window's cross K/V ([H, 1500, Dh] per layer, 18 MB for
 tiny, 37 MB for base in f32) as much as the weights, so they are never copied per step. Windows
@@ -50,6 +51,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from app.service.core_turns import CoreTurns, FreeCores
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -70,13 +73,17 @@ class BatchingOptions:
     wait_ms: how long a step waits for the previous step's callers to come back.
     max_encode: 30 s windows per encoder call.
     lanes: decoder calls in flight at once. With 2, one cohort of sequences runs its Python part
-        of a step (logit filters, search) while another cohort's decoder call runs."""
+        of a step (logit filters, search) while another cohort's decoder call runs.
+    encoder_share: when the encoder and the decoder run on the same CPU they take turns
+        (`CoreTurns`); the largest share of time, in (0, 1], that encoder calls take while
+        decodes run."""
 
     max_rows: int = 8
     max_padding: float = 0.6
     wait_ms: float = 5.0
     max_encode: int = 2
     lanes: int = 1
+    encoder_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.max_rows < 1:
@@ -89,6 +96,8 @@ class BatchingOptions:
             raise ValueError(f"max_encode must be >= 1, got {self.max_encode}")
         if self.lanes < 1:
             raise ValueError(f"lanes must be >= 1, got {self.lanes}")
+        if not 0.0 < self.encoder_share <= 1.0:
+            raise ValueError(f"encoder_share must be in (0, 1], got {self.encoder_share}")
 
 
 @dataclass(frozen=True)
@@ -258,6 +267,11 @@ class _Layout:
     rows: int
 
 
+def _same_cpu(devices: dict[str, str]) -> bool:
+    """True when the encoder and the decoder both run on the CPU (their calls compete for it)."""
+    return {d.split(".")[0] for d in devices.values()} == {"CPU"}
+
+
 def _padding(layout: _Layout) -> float:
     longest = max(c.past_len for c in layout.calls)
     used = sum(c.rows * c.past_len for c in layout.calls)
@@ -330,6 +344,9 @@ class BatchingSessions:
         self._in_flight: set[int] = set()  # callers whose calls a lane is serving now
         self._stats_lock = threading.Lock()
         self._slab: CrossSlab | None = None  # created at the first encode (shapes known then)
+        self.turns = (
+            CoreTurns(self.options.encoder_share) if _same_cpu(sessions.devices) else FreeCores()
+        )
         self._threads = [
             threading.Thread(target=self._decoder_lane, name=f"stt-decode{i}-{name}", daemon=True)
             for i in range(self.options.lanes)
@@ -438,7 +455,8 @@ class BatchingSessions:
                 calls, self._pending = self._pending, []
                 callers = {c.caller for c in calls}
                 self._in_flight |= callers
-            self._run(lambda batch: self._serve(batch, stacked), calls)
+            with self.turns.decoder():
+                self._run(lambda batch: self._serve(batch, stacked), calls)
             with self._cond:
                 self._in_flight -= callers
             del calls  # they hold windows' cross K/V: drop them now, not at the next step
@@ -452,7 +470,8 @@ class BatchingSessions:
                     return
                 batch = self._encodes[: self.options.max_encode]
                 del self._encodes[: self.options.max_encode]
-            self._run(self._encode, batch)
+            with self.turns.encoder():
+                self._run(self._encode, batch)
             del batch
 
     def _run(self, serve: Callable[[list[_Call]], None], calls: list[_Call]) -> None:

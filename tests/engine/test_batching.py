@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +18,7 @@ import pytest
 
 from app.engine.decoding import DecodingOptions, decode
 from app.service.batching import BatchingOptions, BatchingSessions, CrossKV, StepRecord
+from app.service.core_turns import CoreTurns
 from app.service.transcriber import Transcriber, TranscriptionCancelled, TranscriptionOptions
 from tests.engine.conftest import EARNINGS, JFK, clip, window_cross
 
@@ -28,8 +30,16 @@ BEAM = TranscriptionOptions(beam_size=3)
 def batched(tiny_fp16) -> Iterator[BatchingSessions]:
     scheduler = BatchingSessions(tiny_fp16, BatchingOptions(max_rows=8), name="test")
     records: list[StepRecord] = []
-    scheduler.add_observer(records.append)
+    spans: list[tuple[str, float, float]] = []  # (kind, start, end) of every model call
+
+    def observe(record: StepRecord) -> None:
+        records.append(record)
+        end = time.perf_counter()
+        spans.append((record.kind, end - record.seconds, end))
+
+    scheduler.add_observer(observe)
     scheduler.records = records  # type: ignore[attr-defined]
+    scheduler.spans = spans  # type: ignore[attr-defined]
     yield scheduler
     scheduler.close()
 
@@ -51,6 +61,12 @@ def test_concurrent_requests_equal_one_at_a_time(tiny_fp16, tiny_tok, batched) -
     assert max(r.calls for r in steps) >= 3, "several requests shared a decoder call"
     assert batched.stats.mean_rows_per_step > 1.5
     assert all(r.rows <= 8 for r in steps)
+    # both stages on the CPU: encoder calls and decoder steps took turns, never ran at once
+    assert isinstance(batched.turns, CoreTurns)
+    encodes = [(a, b) for kind, a, b in batched.spans if kind == "encode"]
+    others = [(a, b) for kind, a, b in batched.spans if kind != "encode"]
+    assert len(encodes) >= 5 and others
+    assert not [(e, o) for e in encodes for o in others if e[0] < o[1] and o[0] < e[1]]
 
 
 def test_rows_join_and_leave_mid_decode(tiny_fp16, tiny_tok, batched) -> None:
