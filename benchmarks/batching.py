@@ -60,9 +60,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--beam", type=int, default=1, help="REST beam size (default 1 = greedy)")
     p.add_argument("--repeats", type=int, default=15, help="decoder calls per point (rows)")
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
+    p.add_argument("--modes", default="on,off", help="batching on, off or both")
+    p.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="STT_NAME=VALUE",
+        help="another service setting for every server (repeatable)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny.en, fewer levels")
     common.add_args(p)
     args = p.parse_args()
+    args.settings = dict(item.split("=", 1) for item in args.setting)
     if args.quick:
         args.models, args.clients, args.streams, args.per_client = "tiny.en", "1,4,8", "1,4", 1
     return args
@@ -157,7 +166,11 @@ def rest_part(model: str, batching: bool, args: argparse.Namespace) -> dict:
         workers=max(*levels, 8),
         threads=args.threads,
         ep="openvino",
-        extra_env={"STT_BATCHING": str(batching).lower(), "STT_BATCH_MAX_ROWS": "16"},
+        extra_env={
+            "STT_BATCHING": str(batching).lower(),
+            "STT_BATCH_MAX_ROWS": "16",
+            **args.settings,
+        },
     )
     audio = common.EARNINGS.read_bytes()
     try:
@@ -191,6 +204,7 @@ def streams_part(model: str, batching: bool, args: argparse.Namespace) -> list[d
         "STT_THREADS": str(args.threads),
         "STT_STREAM_MAX_SESSIONS": str(max(levels)),
         "STT_WORKERS": str(max(*levels, 8)),
+        **args.settings,
     }
     server = launch_server(model, args.models_dir, env)
     path = live.CLIPS["earnings60"]
@@ -253,7 +267,10 @@ def report(results: dict, args: argparse.Namespace, load_before: float) -> list[
     lines = common.header(
         "Cross-request batching",
         load_before,
-        [f"REST decoding: beam {args.beam} (1 = greedy), timestamps, temperature fallback."],
+        [
+            f"REST decoding: beam {args.beam} (1 = greedy), timestamps, temperature fallback."
+            + (f" Settings: {', '.join(args.setting)}." if args.setting else "")
+        ],
     )
     if results.get("rows"):
         lines += ["", "## Decoder tokens/s against rows per call", ""]
@@ -329,7 +346,7 @@ def main() -> None:
         if "rows" in parts:
             results["rows"] += rows_part(model, args)
     for model in models:
-        for batching in (True, False):
+        for batching in [mode == "on" for mode in args.modes.split(",")]:
             if "rest" in parts:
                 results["rest"][(model, batching)] = rest_part(model, batching, args)
             if "streams" in parts:
