@@ -7,6 +7,7 @@ packed; with int8 files a near-tie token may flip with the packing (tests/confte
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import time
@@ -146,3 +147,38 @@ def test_windows_live_in_slab_slots(tiny_fp16, batched) -> None:
     gc.collect()
     third = batched.encode(features)
     assert third.slot == 0, "the freed slot is reused first"
+
+
+def test_two_decoder_lanes_take_turns_with_the_encoder(tiny_fp16, tiny_tok) -> None:
+    """With two decoder lanes (one cohort's Python overlaps another's call) the lanes and the
+    encoder still hold the cores one at a time, and the text equals unbatched decoding."""
+    jobs = [(EARNINGS, GREEDY), (JFK, GREEDY), (EARNINGS, BEAM)]
+    alone = Transcriber(tiny_fp16, tiny_tok)
+    expected = [text_of(alone, clip(name), opts) for name, opts in jobs]
+    scheduler = BatchingSessions(tiny_fp16, BatchingOptions(max_rows=8, lanes=2), name="lanes")
+    inside: list[str] = []
+    overlaps: list[tuple[str, ...]] = []
+    for take in ("encoder", "decoder"):
+        original = getattr(scheduler.turns, take)
+
+        @contextlib.contextmanager
+        def watched(original=original, kind=take):  # type: ignore[no-untyped-def]
+            with original():
+                inside.append(kind)
+                if len(inside) > 1:
+                    overlaps.append(tuple(inside))
+                try:
+                    yield
+                finally:
+                    inside.remove(kind)
+
+        setattr(scheduler.turns, take, watched)
+    try:
+        transcriber = Transcriber(scheduler, tiny_tok)
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            got = list(pool.map(lambda job: text_of(transcriber, clip(job[0]), job[1]), jobs))
+    finally:
+        scheduler.close()
+    assert got == expected
+    assert not overlaps
+    assert scheduler.stats.decode_steps > 0 and scheduler.stats.encode_calls >= len(jobs)

@@ -12,6 +12,7 @@ from app.service.batching import (
     CrossSlab,
     _Call,
     _padding,
+    _same_cpu,
     pack_by_slot,
     pack_groups,
 )
@@ -111,3 +112,16 @@ def test_a_freed_slot_gives_its_memory_pages_back() -> None:
     released = (s.arrays[0][1] == 0).mean()
     assert released > 0.99, "all but the partial edge pages of the freed slot read as zeros"
     assert (kept[0] == 7).all() and (s.arrays[1][0] == 7).all()
+
+
+@pytest.mark.parametrize(
+    ("devices", "same"),
+    [
+        ({"encoder": "CPU", "decoder": "CPU"}, True),
+        ({"encoder": "NPU", "decoder": "CPU"}, False),
+        ({"encoder": "GPU.0", "decoder": "GPU.1"}, False),
+        ({"encoder": "GPU", "decoder": "GPU"}, False),
+    ],
+)
+def test_only_stages_both_on_the_cpu_take_turns(devices: dict[str, str], same: bool) -> None:
+    assert _same_cpu(devices) is same
