@@ -50,6 +50,14 @@ class CoreTurns:
         decoder_idle = not self._decoders_waiting and now - self._decoder_end >= self.idle_s
         return now >= self._encoder_from or decoder_idle
 
+    def _until_may_start(self, now: float) -> float:
+        """Seconds until an encoder call may start, the cores being free but its turn not come;
+        a waiting decoder step is woken first and notifies when it is done."""
+        due = self._encoder_from
+        if not self._decoders_waiting:
+            due = min(due, self._decoder_end + self.idle_s)
+        return max(due - now, 0.0)
+
     @contextlib.contextmanager
     def encoder(self) -> Iterator[None]:
         """Hold the cores for one encoder call."""
@@ -60,8 +68,7 @@ class CoreTurns:
                     now = self._clock()
                     if not self._busy and self._encoder_may_start(now):
                         break
-                    due = min(self._encoder_from, self._decoder_end + self.idle_s)
-                    self._cond.wait(None if self._busy else max(due - now, 0.0))
+                    self._cond.wait(None if self._busy else self._until_may_start(now))
                 self._busy = True
             finally:
                 self._encoders_waiting -= 1
@@ -101,6 +108,14 @@ class FreeCores:
     """No turns: the encoder and the decoder run on different devices (or cores)."""
 
     encoder_share = 1.0
+
+    def _until_may_start(self, now: float) -> float:
+        """Seconds until an encoder call may start, the cores being free but its turn not come;
+        a waiting decoder step is woken first and notifies when it is done."""
+        due = self._encoder_from
+        if not self._decoders_waiting:
+            due = min(due, self._decoder_end + self.idle_s)
+        return max(due - now, 0.0)
 
     @contextlib.contextmanager
     def encoder(self) -> Iterator[None]:
