@@ -109,14 +109,6 @@ class FreeCores:
 
     encoder_share = 1.0
 
-    def _until_may_start(self, now: float) -> float:
-        """Seconds until an encoder call may start, the cores being free but its turn not come;
-        a waiting decoder step is woken first and notifies when it is done."""
-        due = self._encoder_from
-        if not self._decoders_waiting:
-            due = min(due, self._decoder_end + self.idle_s)
-        return max(due - now, 0.0)
-
     @contextlib.contextmanager
     def encoder(self) -> Iterator[None]:
         yield
