@@ -12,7 +12,8 @@ encoder lane) are the only ones that run the model. The decoder lane loops:
 2. decode step: one-token calls (T = 1, the steady state of every greedy or beam decode) are
    packed into groups of at most `max_rows` rows with at most `max_padding` of their past slots
    padding; each group is ONE decoder call: past self K/V left-padded to the group's longest,
-   `attention_mask` zero over the padding, and each caller gets its rows back;
+   `attention_mask` zero over the padding, and each caller gets its rows back (the inputs are
+   assembled in arrays the lane keeps while its steps keep their shape);
 3. calls that feed several tokens (prompt chunks of `PREFILL_CHUNK`, the reference `none`
    cache) are batched the same way with calls of the same length;
    `lanes` > 1 decoder-lane threads take turns: while one lane's call runs, the sequences it is
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
     from app.runtime.sessions import WhisperSessions
 
 log = logging.getLogger(__name__)
+
+
+IDLE_RELEASE_S = 1.0  # a decoder lane idle this long drops its kept arrays
 
 
 class SchedulerClosedError(RuntimeError):
@@ -283,6 +287,46 @@ def _kind(call: _Call) -> str:
     return "decode" if call.new_tokens == 1 else "prefill"
 
 
+class _InputScratch:
+    """A decoder lane's input arrays for batched calls, kept from one step to the next by shape
+    (rows, new tokens T, past length P): a step shaped like one of the previous iteration writes
+    its inputs into the same arrays instead of allocating and zero-filling tens of MB (with the
+    service's malloc settings each fresh array is a new mapping, page-faulted in every step)."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[int, int, int], tuple] = {}
+        self._used: set[tuple[int, int, int]] = set()
+
+    def take(
+        self, rows: int, new_tokens: int, longest: int, like_past: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """input_ids [R, T], position_ids [R, T], attention_mask [R, P + T] (all int64) and one
+        past array [R, H, P, Dh] per entry of `like_past`. Contents are left from an earlier
+        step (finite values); the caller writes every element a call depends on."""
+        key = (rows, new_tokens, longest)
+        self._used.add(key)
+        found = self._arrays.get(key)
+        if found is None:
+            found = (
+                np.zeros((rows, new_tokens), np.int64),
+                np.zeros((rows, new_tokens), np.int64),
+                np.zeros((rows, longest + new_tokens), np.int64),
+                [np.zeros((rows, p.shape[1], longest, p.shape[3]), p.dtype) for p in like_past],
+            )
+            self._arrays[key] = found
+        return found
+
+    def drop_unused(self) -> None:
+        """Forget the arrays no call of this iteration used."""
+        for key in set(self._arrays) - self._used:
+            del self._arrays[key]
+        self._used.clear()
+
+    def clear(self) -> None:
+        self._arrays.clear()
+        self._used.clear()
+
+
 def pack_by_slot(
     calls: list[_Call], max_rows: int, max_padding: float
 ) -> list[tuple[int, _Layout]]:
@@ -445,10 +489,13 @@ class BatchingSessions:
     def _decoder_lane(self) -> None:
         # stacked cross K/V per group membership: key -> (the members' cross lists, stacked)
         stacked: dict[tuple, tuple[list, list[np.ndarray]]] = {}
+        scratch = _InputScratch()
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
-                    self._cond.wait()
+                    if not self._cond.wait(IDLE_RELEASE_S):  # idle: hand the memory back
+                        stacked.clear()
+                        scratch.clear()
                 if not self._pending:
                     return  # closed and drained
                 self._gather_locked()
@@ -456,7 +503,7 @@ class BatchingSessions:
                 callers = {c.caller for c in calls}
                 self._in_flight |= callers
             with self.turns.decoder():
-                self._run(lambda batch: self._serve(batch, stacked), calls)
+                self._run(lambda batch: self._serve(batch, stacked, scratch), calls)
             with self._cond:
                 self._in_flight -= callers
             del calls  # they hold windows' cross K/V: drop them now, not at the next step
@@ -496,10 +543,10 @@ class BatchingSessions:
                 return
             self._cond.wait(remaining)
 
-    def _serve(self, calls: list[_Call], stacked: dict) -> None:
+    def _serve(self, calls: list[_Call], stacked: dict, scratch: _InputScratch) -> None:
         """One decoder-lane iteration: calls with the same number of new tokens T are batched
         (T = 1: the steps; T = PREFILL_CHUNK: prompt chunks), each T on its own.
-        stacked: this lane's stacked cross K/V, by group membership."""
+        stacked: this lane's stacked cross K/V, by group membership; scratch: its input arrays."""
         with self._cond:
             served = {c.caller for c in calls}
             self._last_callers = served | self._previous_callers
@@ -516,18 +563,19 @@ class BatchingSessions:
                 (slotted if in_slot else others).append(call)
             for lo, layout in pack_by_slot(slotted, opts.max_rows, opts.max_padding):
                 assert self._slab is not None
-                self._decode_group(layout, self._slab.view(lo, lo + layout.rows))
+                self._decode_group(layout, self._slab.view(lo, lo + layout.rows), scratch)
             for layout in pack_groups(others, opts.max_rows, opts.max_padding):
                 if len(layout.calls) == 1:
                     self._decode_alone(layout.calls[0])
                     continue
                 key = tuple((id(c.inputs[4]), c.rows, new_tokens) for c in layout.calls)
                 live_keys.add(key)
-                self._decode_group(layout, self._stacked_cross(stacked, key, layout))
-        # stacked copies of groups that did not run this step are dropped
+                self._decode_group(layout, self._stacked_cross(stacked, key, layout), scratch)
+        # stacked copies and input arrays of groups that did not run this step are dropped
         for key in list(stacked):
             if key not in live_keys:
                 del stacked[key]
+        scratch.drop_unused()
 
     def _in_slab(self, cross: list[np.ndarray]) -> bool:
         return isinstance(cross, CrossKV) and cross.slab is self._slab
@@ -551,9 +599,11 @@ class BatchingSessions:
         self._count(call.new_tokens, call.rows)
         self._record(StepRecord(_kind(call), call.rows, 1, 0.0, waited, seconds))
 
-    def _decode_group(self, layout: _Layout, cross: list[np.ndarray]) -> None:
+    def _decode_group(
+        self, layout: _Layout, cross: list[np.ndarray], scratch: _InputScratch
+    ) -> None:
         """One decoder call for the calls of `layout` (all with the same number of new tokens T);
-        `cross` has layout.rows rows."""
+        `cross` has layout.rows rows; the inputs are assembled in `scratch`'s arrays."""
         if len(layout.calls) == 1 and layout.rows == layout.calls[0].rows:
             self._decode_alone(layout.calls[0])
             return
@@ -562,20 +612,22 @@ class BatchingSessions:
         new_tokens = layout.calls[0].new_tokens
         longest = max(c.past_len for c in layout.calls)
         try:
-            input_ids = np.zeros((rows, new_tokens), np.int64)  # dummy rows: token 0, position 0
-            position_ids = np.zeros((rows, new_tokens), np.int64)
-            mask = np.zeros((rows, longest + new_tokens), np.int64)  # [R, P + T], 0 = padding
+            input_ids, position_ids, mask, past = scratch.take(
+                rows, new_tokens, longest, layout.calls[0].inputs[3]
+            )
+            input_ids[:] = 0  # dummy rows: token 0, position 0
+            position_ids[:] = 0
+            mask[:] = 0  # [R, P + T], 0 = padding
             mask[:, longest:] = 1  # a dummy row attends to its own tokens only
-            first = layout.calls[0].inputs[3]
-            past = [np.zeros((rows, p.shape[1], longest, p.shape[3]), p.dtype) for p in first]
             for call, offset in zip(layout.calls, layout.offsets, strict=True):
                 rows_of = slice(offset, offset + call.rows)
-                p_len = call.past_len
+                pad = longest - call.past_len
                 input_ids[rows_of] = call.inputs[0]
                 position_ids[rows_of] = call.inputs[1]
-                mask[rows_of, longest - p_len :] = call.inputs[2]
+                mask[rows_of, pad:] = call.inputs[2]
                 for dst, src in zip(past, call.inputs[3], strict=True):
-                    dst[rows_of, :, longest - p_len :] = src
+                    dst[rows_of, :, :pad] = 0
+                    dst[rows_of, :, pad:] = src
             logits, new = self.inner.decode(input_ids, position_ids, mask, past, cross)
         except Exception:
             log.exception("batched decoder call failed; its %d calls run alone", len(layout.calls))

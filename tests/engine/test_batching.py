@@ -18,7 +18,15 @@ import numpy as np
 import pytest
 
 from app.engine.decoding import DecodingOptions, decode
-from app.service.batching import BatchingOptions, BatchingSessions, CrossKV, StepRecord
+from app.service.batching import (
+    BatchingOptions,
+    BatchingSessions,
+    CrossKV,
+    StepRecord,
+    _Call,
+    _InputScratch,
+    _Layout,
+)
 from app.service.core_turns import CoreTurns
 from app.service.transcriber import Transcriber, TranscriptionCancelled, TranscriptionOptions
 from tests.engine.conftest import EARNINGS, JFK, clip, window_cross
@@ -182,3 +190,40 @@ def test_two_decoder_lanes_take_turns_with_the_encoder(tiny_fp16, tiny_tok) -> N
     assert got == expected
     assert not overlaps
     assert scheduler.stats.decode_steps > 0 and scheduler.stats.encode_calls >= len(jobs)
+
+
+def test_kept_input_arrays_carry_nothing_into_the_next_step(tiny_fp16, batched) -> None:
+    """A step shaped like the one before (same rows and padded past length) reuses the lane's
+    input arrays; a member whose past is shorter than the last step's (left padding where that
+    step had real positions) still gets exactly its unbatched logits."""
+    dims = tiny_fp16.manifest.dims
+    cross = window_cross(tiny_fp16, clip(JFK))
+    rng = np.random.default_rng(3)
+
+    def one_token_call(caller: int, past_len: int) -> _Call:
+        past = [
+            (0.5 * rng.standard_normal((1, dims.n_heads, past_len, dims.head_dim))).astype(
+                np.float32
+            )
+            for _ in range(2 * dims.n_text_layer)
+        ]
+        inputs = (
+            np.array([[50257 + caller]], np.int64),
+            np.array([[past_len]], np.int64),
+            np.ones((1, past_len + 1), np.int64),
+            past,
+            cross,
+        )
+        return _Call("decode", caller, inputs, 1)
+
+    stacked_cross = [np.repeat(c, 2, axis=0) for c in cross]
+    scratch = _InputScratch()
+    first = [one_token_call(1, 128), one_token_call(2, 128)]
+    second = [one_token_call(3, 128), one_token_call(4, 64)]  # 64 slots of left padding
+    for calls in (first, second):
+        batched._decode_group(_Layout(calls, [0, 1], 2), stacked_cross, scratch)
+        scratch.drop_unused()
+        for call in calls:
+            alone, _ = tiny_fp16.decode(*call.inputs)
+            np.testing.assert_allclose(call.result[0], alone, atol=1e-4)
+    assert len(scratch._arrays) == 1, "both steps ran in the same kept arrays"

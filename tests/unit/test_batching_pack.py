@@ -11,6 +11,7 @@ from app.service.batching import (
     BatchingOptions,
     CrossSlab,
     _Call,
+    _InputScratch,
     _padding,
     _same_cpu,
     pack_by_slot,
@@ -125,3 +126,20 @@ def test_a_freed_slot_gives_its_memory_pages_back() -> None:
 )
 def test_only_stages_both_on_the_cpu_take_turns(devices: dict[str, str], same: bool) -> None:
     assert _same_cpu(devices) is same
+
+
+def test_input_scratch_reuses_arrays_of_a_shape_seen_in_the_last_iteration() -> None:
+    like = [np.zeros((1, H, 3, DH), np.float32)] * 2
+    scratch = _InputScratch()
+    ids, positions, mask, past = scratch.take(4, 1, 64, like)
+    assert (ids.shape, positions.shape, mask.shape) == ((4, 1), (4, 1), (4, 65))
+    assert [p.shape for p in past] == [(4, H, 64, DH)] * 2 and past[0] is not past[1]
+    assert not any(np.any(a) for a in (ids, positions, mask, *past)), "fresh arrays are zeros"
+    scratch.drop_unused()
+    again = scratch.take(4, 1, 64, like)
+    assert again[0] is ids and again[3][1] is past[1], "same shape next step: same arrays"
+    other = scratch.take(4, 1, 128, like)
+    assert other[3][0].shape == (4, H, 128, DH)
+    scratch.drop_unused()
+    scratch.drop_unused()  # an iteration that used neither shape
+    assert scratch.take(4, 1, 64, like)[0] is not ids, "unused shapes are forgotten"
