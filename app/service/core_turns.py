@@ -107,8 +107,6 @@ class CoreTurns:
 class FreeCores:
     """No turns: the encoder and the decoder run on different devices (or cores)."""
 
-    encoder_share = 1.0
-
     @contextlib.contextmanager
     def encoder(self) -> Iterator[None]:
         yield
