@@ -1,6 +1,6 @@
 """Accuracy: WER on the English testdata clips, ours vs faster-whisper with the same weights.
 
-Every English clip of /work/shared/testdata/manifest.jsonl with a reference text (jfk in its three
+Every English clip of tests/data/manifest.jsonl with a reference text (jfk in its three
 encodings, five LibriSpeech utterances, the 60 s earnings clip; the Spanish clip and the empty
 clip are left out) is transcribed once per configuration and beam size (decoding is
 deterministic at temperature 0; the fallback schedule is each system's default). WER is corpus

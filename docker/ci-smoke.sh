@@ -7,7 +7,7 @@
 # Settings (environment):
 #   STT_CI_MODEL   model baked into the CI image (default tiny.en: fast; `base` works too)
 #   STT_CI_IMAGE   image tag (default stt-openvino:ci)
-#   STT_CI_AUDIO   audio to transcribe (default ../shared/testdata/audio/jfk.wav)
+#   STT_CI_AUDIO   audio to transcribe (default tests/data/audio/jfk.wav)
 #   STT_CI_KEEP=1  leave the daemon running afterwards (for debugging)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ DOCKER=${DOCKER:-/usr/bin/docker}
 COMPOSE=(docker-compose -p sttci -f docker-compose.yml)
 MODEL=${STT_CI_MODEL:-tiny.en}
 IMAGE=${STT_CI_IMAGE:-stt-openvino:ci}
-AUDIO=${STT_CI_AUDIO:-$ROOT/../shared/testdata/audio/jfk.wav}
+AUDIO=${STT_CI_AUDIO:-$ROOT/tests/data/audio/jfk.wav}
 EXPECT="ask not what your country can do for you"
 PY=$ROOT/.venv/bin/python
 HEALTH_TIMEOUT=${STT_CI_HEALTH_TIMEOUT:-300}
@@ -74,7 +74,6 @@ phase "preflight + lint"
 if ! { [[ -x $PY ]] && "$PY" -c 'import openai' 2>/dev/null; }; then
   fail "$PY with openai missing: make setup-dev"
 fi
-[[ -f $AUDIO ]] || AUDIO=/work/shared/testdata/audio/jfk.wav
 [[ -f $AUDIO ]] || fail "test audio not found (STT_CI_AUDIO)"
 "$ROOT/.venv/bin/hadolint" Dockerfile || fail "hadolint found problems in the Dockerfile"
 log "hadolint: Dockerfile clean"

@@ -9,7 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO / "models"
-TESTDATA = (REPO / ".." / "shared" / "testdata").resolve()
+TESTDATA = REPO / "tests" / "data"
 AUDIO = TESTDATA / "audio"
 WEIGHTS_CACHE = REPO / ".cache" / "weights"
 FP16_MODELS_DIR = REPO / ".cache" / "test-models-fp16"
@@ -32,7 +32,7 @@ def fp16_model_dir(name: str) -> Path:
     decoding use it: with fp16 (and fp32) files OpenVINO gives a row bit-identical logits however
     many rows share the call, while its int8 compressed-weight kernels round differently at 1,
     2-3 and >= 4 rows, so a near-tie token can flip with the load (benchmarks/results/
-    batching_recheck.md)."""
+    archive/batching_recheck.md)."""
     from app.export.build import build_model
 
     build_model(

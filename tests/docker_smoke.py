@@ -2,7 +2,7 @@
 container. Not collected by pytest (no `test_` prefix); run it against a live server:
 
     .venv/bin/python tests/docker_smoke.py --base-url http://127.0.0.1:8000/v1 --model tiny.en \
-        --expect "ask not what your country can do for you" ../shared/testdata/audio/jfk.wav
+        --expect "ask not what your country can do for you" tests/data/audio/jfk.wav
 """
 
 from __future__ import annotations

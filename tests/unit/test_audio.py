@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +17,12 @@ from app.engine.audio import (
     pcm_to_float,
     resample,
 )
-
-AUDIO_DIR = Path(os.environ.get("STT_TESTDATA", "/work/shared/testdata")) / "audio"
+from tests.conftest import AUDIO
 
 
 @pytest.fixture(scope="module")
 def audio_dir() -> Path:
-    if not AUDIO_DIR.is_dir():
-        pytest.skip(f"test audio not found in {AUDIO_DIR} (set STT_TESTDATA)")
-    return AUDIO_DIR
+    return AUDIO
 
 
 @pytest.fixture(scope="module")

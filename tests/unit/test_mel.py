@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,17 +18,15 @@ from app.engine.mel import (
     pad_or_trim,
 )
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW
+from tests.conftest import AUDIO
 
-AUDIO_DIR = Path(os.environ.get("STT_TESTDATA", "/work/shared/testdata")) / "audio"
 CLIPS = ["jfk.wav", "1089-134686-0000.flac", "earnings22_1_4482311_3_62.wav"]
 TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
 def clips() -> dict[str, np.ndarray]:
-    if not AUDIO_DIR.is_dir():
-        pytest.skip(f"test audio not found in {AUDIO_DIR} (set STT_TESTDATA)")
-    return {name: decode_audio(AUDIO_DIR / name) for name in CLIPS}
+    return {name: decode_audio(AUDIO / name) for name in CLIPS}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,115 @@
+"""Imports go one way: api → service → engine → runtime, with `export` apart.
+
+Every module under `app/` is parsed (not imported) and each `import` / `from … import` that names
+an `app` package, at module level or inside a function, is checked against the layer table below.
+`main`, `cli` and `__main__` are the composition roots and may wire anything together; nothing
+below them imports them. `config` is read by the roots and the api layer only.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+APP = Path(__file__).resolve().parents[1] / "app"
+
+# layer -> the app packages its modules may import (besides their own)
+ALLOWED: dict[str, frozenset[str]] = {
+    "runtime": frozenset(),
+    "engine": frozenset({"runtime"}),
+    "service": frozenset({"engine", "runtime"}),
+    "api": frozenset({"service", "config"}),
+    "export": frozenset({"runtime"}),  # the ONNX I/O contract it writes graphs against
+    "config": frozenset(),
+    "static": frozenset(),
+}
+ROOTS = frozenset({"main", "cli", "__main__", "__init__"})
+
+
+@dataclass(frozen=True)
+class Violation:
+    module: str  # path relative to the app folder
+    line: int
+    imported: str  # the dotted module named by the import
+
+    def __str__(self) -> str:
+        return f"app/{self.module}:{self.line} imports {self.imported}"
+
+
+def _layer(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).parts
+    return parts[0] if len(parts) > 1 else path.stem
+
+
+def _imported_modules(tree: ast.AST, path: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, dotted name) of every app import in the module, relative imports resolved."""
+    package = ["app", *path.relative_to(root).parts[:-1]]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            # `from app import service` names the package through its alias
+            if name == "app":
+                found += [(node.lineno, f"app.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, name))
+    return [(line, name) for line, name in found if name == "app" or name.startswith("app.")]
+
+
+def violations(root: Path = APP) -> list[Violation]:
+    """Every import under `root` (an `app` folder) that goes against the layer table."""
+    bad: list[Violation] = []
+    for path in sorted(root.rglob("*.py")):
+        layer = _layer(path, root)
+        if layer in ROOTS:
+            continue
+        if layer not in ALLOWED:
+            raise AssertionError(f"app/{path.relative_to(root)}: layer {layer!r} has no rule")
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for line, name in _imported_modules(tree, path, root):
+            target = name.split(".")[1] if "." in name else "app"
+            if target != layer and target not in ALLOWED[layer]:
+                bad.append(Violation(str(path.relative_to(root)), line, name))
+    return bad
+
+
+def test_imports_go_one_way() -> None:
+    found = violations()
+    assert not found, "imports against the layering (DESIGN.md):\n" + "\n".join(map(str, found))
+
+
+def test_every_layer_is_checked() -> None:
+    """The table covers every package that exists (an unknown one makes `violations` raise)."""
+    layers = {_layer(p, APP) for p in APP.rglob("*.py")} - ROOTS
+    assert {"api", "service", "engine", "runtime", "export", "config"} <= layers <= set(ALLOWED)
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("engine/mel.py", "from app.service.transcriber import Transcriber\n"),
+        ("runtime/sessions.py", "def f():\n    import app.engine.decoding\n"),
+        ("api/routes/x.py", "from ...engine import audio\n"),
+        ("api/deps.py", "from app import runtime\n"),
+        ("service/pool.py", "from app.api.errors import ApiError\n"),
+        ("export/build.py", "from app.engine.tokenizer import Tokenizer\n"),
+        ("engine/vad.py", "from app.config import Settings\n"),
+    ],
+)
+def test_an_upward_import_is_caught(tmp_path: Path, module: str, source: str) -> None:
+    root = tmp_path / "app"
+    (root / module).parent.mkdir(parents=True)
+    (root / module).write_text(source)
+    (root / "service").mkdir(exist_ok=True)
+    (root / "service" / "ok.py").write_text("from app.engine import mel\nfrom . import pool\n")
+    found = violations(root)
+    assert [v.module for v in found] == [module], found
