@@ -1,10 +1,10 @@
 """Audio input: decode files or raw PCM to float32 mono samples at 16 kHz.
 
-Files are decoded with libsndfile (through `soundfile`; the wheel bundles libsndfile 1.2 with
-MP3 via mpg123, Vorbis and Opus): WAV, FLAC, MP3, OGG (Vorbis/Opus), AIFF and the other formats
-libsndfile reads. No ffmpeg. Containers libsndfile cannot read (MP4/M4A/AAC, WebM, ...) are
-rejected with a message that says so. Channels are averaged to mono, and any sample rate is
-resampled with soxr (quality "HQ").
+Files are decoded with libsndfile where it can (through `soundfile`; the wheel bundles libsndfile
+1.2 with MP3 via mpg123, Vorbis and Opus): WAV, FLAC, MP3, OGG (Vorbis/Opus), AIFF, fast and exact.
+What libsndfile does not recognise (MP4/M4A/AAC, WebM/Matroska, MPEG, AMR, a video file's audio
+track, ...) goes to FFmpeg through PyAV (`app.engine.container`), bounded while it decodes.
+Channels are averaged to mono, and any sample rate is resampled with soxr (quality "HQ").
 
 Every failure raises `AudioDecodeError` (a `ValueError`) whose message a person can act on.
 """
@@ -22,6 +22,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from app.engine.container import decode_container
+from app.engine.errors import SUPPORTED_FORMATS, AudioDecodeError, AudioTooLongError
 from app.runtime.contract import SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
@@ -29,16 +31,19 @@ logger = logging.getLogger(__name__)
 AudioSource = bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryIO
 PcmEncoding = Literal["pcm_s16le", "pcm_f32le"]
 
-SUPPORTED_FORMATS = "WAV, FLAC, MP3, OGG (Vorbis/Opus) or AIFF"
 RESAMPLE_QUALITY = "HQ"
 
 
-class AudioDecodeError(ValueError):
-    """The input is not audio this service can decode; the message says why."""
-
-
-class AudioTooLongError(AudioDecodeError):
-    """The audio is longer than the caller allows."""
+__all__ = [
+    "SUPPORTED_FORMATS",
+    "AudioDecodeError",
+    "AudioSource",
+    "AudioTooLongError",
+    "PcmEncoding",
+    "decode_audio",
+    "pcm_to_float",
+    "resample",
+]
 
 
 def decode_audio(
@@ -60,43 +65,10 @@ def decode_audio(
     start = time.perf_counter()
     name, handle, offset = _open_source(source)
     try:
-        with sf.SoundFile(handle) as f:
-            rate, channels, announced, fmt = f.samplerate, f.channels, f.frames, f.format
-            if max_duration_s is not None and rate > 0 and announced / rate > max_duration_s:
-                raise AudioTooLongError(
-                    f"the audio is {announced / rate:.1f} s long; the limit is {max_duration_s:g} s"
-                )
-            try:
-                data = f.read(dtype="float32", always_2d=True)  # [frames, channels]
-            except sf.SoundFileError as e:
-                raise AudioDecodeError(
-                    f"could not decode the audio: the {fmt} stream is truncated or corrupt "
-                    f"({_detail(e)})"
-                ) from e
-            truncation = _truncation(f.extra_info, announced, data.shape[0])
-    except sf.SoundFileError as e:
-        raise _open_error(e, handle, offset) from e
+        mono, rate, channels, fmt = _read(name, handle, offset, max_duration_s)
     finally:
         if handle is not source and not isinstance(handle, str):
             handle.close()  # a BytesIO made here
-
-    if data.shape[0] == 0:
-        if truncation:
-            raise AudioDecodeError(
-                f"could not decode the audio: the {fmt} file is truncated: its header "
-                f"announces audio but it holds no samples ({truncation})"
-            )
-        raise AudioDecodeError(
-            f"could not decode the audio: the {fmt} file contains no samples (0 s of audio)"
-        )
-    if truncation:
-        logger.warning(
-            "audio %s looks truncated (%s); decoded the %d frames present",
-            name,
-            truncation,
-            data.shape[0],
-        )
-    mono = data[:, 0] if channels == 1 else data.mean(axis=1, dtype=np.float32)  # [frames]
     if max_duration_s is not None and mono.shape[0] / rate > max_duration_s:
         raise AudioTooLongError(
             f"the audio is {mono.shape[0] / rate:.1f} s long; the limit is {max_duration_s:g} s"
@@ -161,6 +133,54 @@ def pcm_to_float(data: bytes | bytearray | memoryview, encoding: PcmEncoding) ->
     return audio
 
 
+def _read(
+    name: str, handle: str | BinaryIO, offset: int, max_duration_s: float | None
+) -> tuple[np.ndarray, int, int, str]:
+    """Decode with libsndfile, or with FFmpeg when libsndfile does not recognise the format.
+
+    Returns (f32 [frames] mono, rate Hz, channels, format name).
+    """
+    try:
+        with sf.SoundFile(handle) as f:
+            rate, channels, announced, fmt = f.samplerate, f.channels, f.frames, f.format
+            if max_duration_s is not None and rate > 0 and announced / rate > max_duration_s:
+                raise AudioTooLongError(
+                    f"the audio is {announced / rate:.1f} s long; the limit is {max_duration_s:g} s"
+                )
+            try:
+                data = f.read(dtype="float32", always_2d=True)  # [frames, channels]
+            except sf.SoundFileError as e:
+                raise AudioDecodeError(
+                    f"could not decode the audio: the {fmt} stream is truncated or corrupt "
+                    f"({_detail(e)})"
+                ) from e
+            truncation = _truncation(f.extra_info, announced, data.shape[0])
+    except sf.SoundFileError as e:
+        if getattr(e, "code", None) != 1:  # recognised by libsndfile, but broken
+            raise _open_error(e) from e
+        kind = _sniff(_head(handle, offset))  # also puts a file handle back at `offset`
+        track = decode_container(handle, kind, max_duration_s=max_duration_s)
+        return track.samples, track.rate, track.channels, track.format
+    if data.shape[0] == 0:
+        if truncation:
+            raise AudioDecodeError(
+                f"could not decode the audio: the {fmt} file is truncated: its header "
+                f"announces audio but it holds no samples ({truncation})"
+            )
+        raise AudioDecodeError(
+            f"could not decode the audio: the {fmt} file contains no samples (0 s of audio)"
+        )
+    if truncation:
+        logger.warning(
+            "audio %s looks truncated (%s); decoded the %d frames present",
+            name,
+            truncation,
+            data.shape[0],
+        )
+    mono = data[:, 0] if channels == 1 else data.mean(axis=1, dtype=np.float32)  # [frames]
+    return mono, rate, channels, fmt
+
+
 # --- helpers -------------------------------------------------------------------------------
 
 
@@ -203,19 +223,9 @@ def _detail(error: sf.SoundFileError) -> str:
     return text.strip().rstrip(".") or "no detail"
 
 
-def _open_error(error: sf.SoundFileError, handle: str | BinaryIO, offset: int) -> AudioDecodeError:
+def _open_error(error: sf.SoundFileError) -> AudioDecodeError:
     """Turn a libsndfile failure to open the input into a message a person understands."""
     code = getattr(error, "code", None)
-    if code == 1:  # SF_ERR_UNRECOGNISED_FORMAT
-        kind = _sniff(_head(handle, offset))
-        if kind:
-            return AudioDecodeError(
-                f"could not decode the audio: {kind} is not supported; send {SUPPORTED_FORMATS}"
-            )
-        return AudioDecodeError(
-            f"could not decode the audio: the data is not audio in a supported format "
-            f"({SUPPORTED_FORMATS})"
-        )
     if code == 7:  # "not a regular file": what mpg123 says about a few stray MP3 bytes
         return AudioDecodeError("could not decode the audio: the file is truncated or corrupt")
     return AudioDecodeError(
@@ -238,7 +248,7 @@ def _head(handle: str | BinaryIO, offset: int, size: int = 16) -> bytes:
 
 
 def _sniff(head: bytes) -> str | None:
-    """Name a common container that libsndfile cannot read, from its first bytes."""
+    """Name a common container that libsndfile does not read, from its first bytes."""
     if head[4:8] == b"ftyp":
         return "MP4/M4A (AAC) audio"
     if head.startswith(b"\x1a\x45\xdf\xa3"):

@@ -3,7 +3,8 @@ f32 mono 16 kHz samples that are all finite, or raises `AudioDecodeError` — ne
 exception, and never more audio than the duration limit allows.
 
 Inputs: random bytes; small valid files (WAV in several encodings, rates and channel counts,
-FLAC, OGG, AIFF) that are then truncated, have bytes overwritten, or have their RIFF header
+FLAC, OGG, AIFF, and the containers FFmpeg decodes: M4A, MP4, WebM, MPEG, Matroska, with and
+without a video track) that are then truncated, have bytes overwritten, or have their RIFF header
 fields (chunk sizes, sample rate, channels, bits per sample) replaced by arbitrary values; and raw
 PCM of any length for the streaming converter. `FUZZ_EXAMPLES=5000` searches deeper.
 """
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.engine.audio import AudioDecodeError, AudioTooLongError, decode_audio, pcm_to_float
+from tests.media import CONTAINERS, encode_container
 
 # libsndfile sometimes asks to seek before the start of a cut-off file; soundfile's callback
 # raises, cffi reports it as "unraisable" and libsndfile gets an error code: not our concern.
@@ -86,6 +88,23 @@ VALID_FILES = st.builds(
 )  # fmt: skip
 
 
+def container_file(kind: str, rate: int, channels: int, seconds: float, video: bool) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    tone = (0.3 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+    return encode_container(tone, rate, kind, channels=channels, video=video)
+
+
+CONTAINER_FILES = st.builds(
+    container_file,
+    st.sampled_from(sorted(CONTAINERS)),
+    st.sampled_from([8000, 16000, 44100, 48000]),
+    st.integers(1, 2),
+    st.floats(0.05, 0.6),
+    st.booleans(),
+)
+VALID_FILES = VALID_FILES | CONTAINER_FILES
+
+
 @FUZZ
 @given(st.binary(max_size=4096))
 def test_random_bytes(data: bytes) -> None:
@@ -94,7 +113,22 @@ def test_random_bytes(data: bytes) -> None:
 
 
 @FUZZ
-@given(st.binary(min_size=0, max_size=2048), st.sampled_from([b"RIFF", b"fLaC", b"OggS", b"FORM"]))
+@given(
+    st.binary(min_size=0, max_size=2048),
+    st.sampled_from(
+        [
+            b"RIFF",
+            b"fLaC",
+            b"OggS",
+            b"FORM",
+            b"\x00\x00\x00\x20ftypM4A ",
+            b"\x1a\x45\xdf\xa3",
+            b"\x00\x00\x01\xba",
+            b"ID3\x04",
+            b"\xff\xf1",
+        ]
+    ),
+)
 def test_random_bytes_behind_a_real_magic_number(tail: bytes, magic: bytes) -> None:
     """Libraries pick the parser from the first bytes: garbage behind each magic number."""
     data = magic + (struct.pack("<I", len(tail)) + b"WAVE" if magic == b"RIFF" else b"") + tail
