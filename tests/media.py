@@ -62,7 +62,9 @@ def encode_container(
         frame.sample_rate = rate
         frame.time_base = Fraction(1, rate)
         frame.pts = 0
-        resampler = av.AudioResampler(format=stream.format.name, layout=stream.layout, rate=out_rate)
+        resampler = av.AudioResampler(
+            format=stream.format.name, layout=stream.layout, rate=out_rate
+        )
         for piece in resampler.resample(frame) + resampler.resample(None):
             for packet in stream.encode(piece):
                 container.mux(packet)
