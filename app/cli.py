@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app", description="Whisper speech-to-text")
     commands = parser.add_subparsers(dest="command", required=True)
     t = commands.add_parser("transcribe", help="transcribe (or translate) an audio file")
-    t.add_argument("file", type=Path, help="audio file: wav, flac, mp3, ogg, aiff")
+    t.add_argument("file", type=Path, help="audio or video file: wav, flac, mp3, m4a, webm, ...")
     t.add_argument("--model", default="base", help="model folder name (default: base)")
     t.add_argument("--models-dir", type=Path, default=Path("models"))
     t.add_argument("--language", default=None, help="language code; default: detect")
@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--without-timestamps", action="store_true", help="no timestamp tokens")
     t.add_argument(
         "--vad-filter",
-        action="store_true",
-        help="transcribe only the speech Silero VAD finds (needs models-dir/silero_vad.onnx)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="transcribe only the speech Silero VAD finds (models-dir/silero_vad.onnx; default on)",
     )
     t.add_argument("--kv-cache", choices=CACHE_MODES, default="concat")
     t.add_argument("--ep", choices=EXECUTION_PROVIDERS, default="openvino")

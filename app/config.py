@@ -94,6 +94,19 @@ class Settings(BaseSettings):
         default=None, description="If set, `Authorization: Bearer <key>` is required (not /health)."
     )
     ov_cache_dir: Path | None = Field(default=None, description="OpenVINO compiled-model cache.")
+    vad_filter: bool = Field(
+        default=True,
+        description="Transcribe only the speech Silero VAD finds (request field `vad_filter`).",
+    )
+    no_speech_threshold: float | None = Field(
+        default=0.6,
+        ge=0.0,
+        le=1.0,
+        description="Skip a window whose no-speech probability is above it (avg log-prob < -1).",
+    )
+    repetition_guard: bool = Field(
+        default=True, description="End a decode that falls into a repetition loop."
+    )
     host: str = Field(default="0.0.0.0", description="Bind address (for launchers).")
     port: int = Field(default=8000, ge=0, le=65535, description="Bind port (for launchers).")
     cors_origins: Annotated[list[str], NoDecode] = Field(

@@ -88,7 +88,12 @@ def build_registry(settings: Settings) -> ModelRegistry:
         names=settings.models,
         default_model=default,
         runtime=runtime,
-        base_options=TranscriptionOptions(kv_cache=settings.kv_cache),
+        base_options=TranscriptionOptions(
+            kv_cache=settings.kv_cache,
+            vad_filter=settings.vad_filter,
+            no_speech_threshold=settings.no_speech_threshold,
+            repetition_guard=settings.repetition_guard,
+        ),
         aliases=aliases,
         batching=batching,
     )

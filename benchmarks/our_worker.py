@@ -2,7 +2,8 @@
 
 Reads JSON lines on stdin, answers one JSON line per request on stdout:
   {"op": "load", "model_dir", "ep", "precision", "threads", "kv_cache"} -> {"load_s", "rss_mb"}
-  {"op": "transcribe", "path", "beam_size", "language"?, "kv_cache"?, "temperature"?}
+  {"op": "transcribe", "path", "beam_size", "language"?, "kv_cache"?, "temperature"?,
+   "vad_filter"?, "no_speech_threshold"?, "repetition_guard"?}
       -> {"text", "total_s", "audio_decode_s", "stats": TranscriptionStats.as_dict(), ...}
   {"op": "rss"} -> {"rss_mb", "peak_rss_mb"};  {"op": "quit"}
 End-to-end time = decode the file + transcribe + consume every segment, as `python -m app
@@ -20,6 +21,7 @@ sys.path.insert(0, str(REPO))
 
 from app.engine.audio import decode_audio  # noqa: E402
 from app.engine.tokenizer import Tokenizer  # noqa: E402
+from app.engine.vad import VAD_FILE, SileroVad  # noqa: E402
 from app.runtime.sessions import RuntimeOptions, WhisperSessions  # noqa: E402
 from app.service.transcriber import Transcriber, TranscriptionOptions  # noqa: E402
 from benchmarks.worker_protocol import rss, serve  # noqa: E402
@@ -39,7 +41,9 @@ class Engine:
             folder, RuntimeOptions(ep=ep, threads=threads, inference_precision=precision)
         )
         tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
-        self.transcriber = Transcriber(sessions, tokenizer)
+        vad_path = folder.parent / VAD_FILE
+        vad = SileroVad.load(vad_path) if vad_path.is_file() else None
+        self.transcriber = Transcriber(sessions, tokenizer, vad=vad)
         self.kv_cache = kv_cache
         return {"load_s": time.perf_counter() - started, "devices": sessions.devices, **rss()}
 
@@ -50,11 +54,20 @@ class Engine:
         language: str | None = "en",
         kv_cache: str | None = None,
         temperature: float | None = None,
+        vad_filter: bool = False,
+        no_speech_threshold: float | None = 0.6,
+        repetition_guard: bool = True,
     ) -> dict:
         assert self.transcriber is not None
         extra = {} if temperature is None else {"temperature": (temperature,)}
         options = TranscriptionOptions(
-            language=language, beam_size=beam_size, kv_cache=kv_cache or self.kv_cache, **extra
+            language=language,
+            beam_size=beam_size,
+            kv_cache=kv_cache or self.kv_cache,
+            vad_filter=vad_filter,
+            no_speech_threshold=no_speech_threshold,
+            repetition_guard=repetition_guard,
+            **extra,
         )
         t0 = time.perf_counter()
         audio = decode_audio(Path(path))

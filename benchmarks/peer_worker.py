@@ -4,7 +4,7 @@
 
 Reads JSON lines on stdin, answers one JSON line per request on stdout:
   {"op": "load", "model_dir", "compute_type", "threads"} -> {"load_s", "rss_mb"}
-  {"op": "transcribe", "path", "beam_size", "language"?, "temperature"?}
+  {"op": "transcribe", "path", "beam_size", "language"?, "temperature"?, "vad_filter"?}
       -> {"text", "total_s", "tokens", ...}
   {"op": "stages", "path"} -> decode audio, log-mel and one 30 s encoder window, timed apart
   {"op": "rss"};  {"op": "quit"}
@@ -41,9 +41,11 @@ class Peer:
         beam_size: int,
         language: str | None = "en",
         temperature: float | None = None,
+        vad_filter: bool = False,
         **_: object,
     ) -> dict:
         extra = {} if temperature is None else {"temperature": temperature}
+        extra["vad_filter"] = vad_filter
         t0 = time.perf_counter()
         segments, info = self.model.transcribe(
             path, language=language, beam_size=beam_size, **extra

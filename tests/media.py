@@ -1,7 +1,8 @@
-"""Test media made with PyAV (FFmpeg): the containers phones and browsers record in.
+"""Test media: the containers phones and browsers record in (made with PyAV, FFmpeg), and
+seeded synthetic signals (noise, hum, clicks, music) for the non-speech and noisy conditions.
 
 Shared by the unit tests, the fuzz tests, the live API tests and the robustness corpus
-(`benchmarks/robustness_corpus.py`).
+(`benchmarks/robustness_corpus.py`). Signals are f64 [N] at RATE (16 kHz).
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from fractions import Fraction
 
 import av
 import numpy as np
+
+from app.engine.audio import resample
+
+RATE = 16000
 
 # name -> (container format, audio codec, file suffix)
 CONTAINERS: dict[str, tuple[str, str, str]] = {
@@ -40,7 +45,8 @@ def encode_container(
     if samples.shape[1] != channels:
         samples = np.repeat(samples[:, :1], channels, axis=1)
     out = io.BytesIO()
-    with av.open(out, mode="w", format=fmt) as container:
+    # bitexact: no creation time or random ids in the header, so a rebuild gives the same bytes
+    with av.open(out, mode="w", format=fmt, options={"fflags": "+bitexact"}) as container:
         if video:
             vstream = container.add_stream("mpeg4" if kind != "webm" else "libvpx", rate=10)
             vstream.width, vstream.height, vstream.pix_fmt = 64, 48, "yuv420p"
@@ -70,3 +76,96 @@ def encode_container(
                 container.mux(packet)
         container.mux(stream.encode(None))
     return out.getvalue()
+
+
+# ---- signals ----------------------------------------------------------------------------------
+
+
+def rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
+
+
+def db(gain_db: float) -> float:
+    return float(10 ** (gain_db / 20))
+
+
+def white(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.standard_normal(n)
+
+
+def coloured(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:
+    """Noise whose power falls as 1/f**exponent (1 = pink, 2 = brown), unit RMS."""
+    spectrum = np.fft.rfft(rng.standard_normal(n))
+    freqs = np.arange(spectrum.shape[0], dtype=np.float64)
+    freqs[0] = 1.0
+    spectrum /= freqs ** (exponent / 2)
+    spectrum[0] = 0.0
+    x = np.fft.irfft(spectrum, n)
+    return x / (rms(x) or 1.0)
+
+
+def at_snr(speech: np.ndarray, noise: np.ndarray, snr_db: float) -> np.ndarray:
+    scale = rms(speech) / (rms(noise) * db(snr_db))
+    return speech + scale * noise
+
+
+def telephone(speech: np.ndarray) -> np.ndarray:
+    """300-3400 Hz band at 8 kHz, back to 16 kHz (what a phone line leaves)."""
+    narrow = resample(speech.astype(np.float32), RATE, 8000)
+    spectrum = np.fft.rfft(narrow)
+    freqs = np.fft.rfftfreq(narrow.shape[0], 1 / 8000)
+    spectrum[(freqs < 300) | (freqs > 3400)] = 0
+    return resample(np.fft.irfft(spectrum, narrow.shape[0]).astype(np.float32), 8000, RATE)
+
+
+def hum(n: int) -> np.ndarray:
+    t = np.arange(n) / RATE
+    return sum(a * np.sin(2 * np.pi * f * t) for f, a in ((50, 0.3), (100, 0.1), (150, 0.08)))
+
+
+def clicks(rng: np.random.Generator, n: int, per_s: float = 3.0) -> np.ndarray:
+    x = np.zeros(n)
+    for at in rng.integers(0, n - 200, int(per_s * n / RATE)):
+        x[at : at + 200] += rng.uniform(-0.8, 0.8) * np.exp(-np.arange(200) / 20.0)
+    return x
+
+
+def clatter(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Kitchen-like: low pink background, dish and cutlery transients, a running tap."""
+    x = 0.01 * coloured(rng, n, 1.0) + clicks(rng, n, per_s=2.0) * 0.5
+    for at in rng.integers(0, n - 4000, int(n / RATE / 2)):  # short bursts of bright noise
+        burst = rng.standard_normal(4000) * np.exp(-np.arange(4000) / 600.0) * 0.2
+        x[at : at + 4000] += burst
+    tap_start = n // 3
+    x[tap_start : tap_start + 4 * RATE] += 0.03 * white(rng, 4 * RATE)
+    return x
+
+
+def chords(n: int) -> np.ndarray:
+    """Triads with harmonics, one per second, each with an attack/decay envelope."""
+    t = np.arange(RATE) / RATE
+    envelope = np.minimum(t / 0.02, 1.0) * np.exp(-t * 1.5)
+    progression = [(261.6, 329.6, 392.0), (220.0, 261.6, 329.6), (174.6, 220.0, 261.6),
+                   (196.0, 246.9, 293.7)]  # fmt: skip
+    out = np.zeros(n)
+    for i in range(n // RATE):
+        triad = progression[i % len(progression)]
+        tone = sum(np.sin(2 * np.pi * f * k * t) / k for f in triad for k in (1, 2, 3))
+        out[i * RATE : (i + 1) * RATE] = 0.1 * tone * envelope
+    return out
+
+
+def drums(rng: np.random.Generator, n: int, bpm: float = 120.0) -> np.ndarray:
+    """Kick on every beat, snare on 2 and 4, closed hi-hat on every eighth."""
+    beat = int(RATE * 60 / bpm)
+    t = np.arange(beat) / RATE
+    kick = np.sin(2 * np.pi * (50 + 100 * np.exp(-t * 30)) * t) * np.exp(-t * 8)
+    snare = rng.standard_normal(beat) * np.exp(-t * 20) * 0.5
+    hat = rng.standard_normal(beat // 2) * np.exp(-np.arange(beat // 2) / RATE * 60) * 0.15
+    out = np.zeros(n + beat)
+    for i in range(n // beat + 1):
+        at = i * beat
+        out[at : at + beat] += 0.6 * kick + (snare if i % 2 else 0)
+        out[at : at + beat // 2] += hat
+        out[at + beat // 2 : at + beat] += hat
+    return out[:n]

@@ -32,6 +32,10 @@ AudioSource = bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryIO
 PcmEncoding = Literal["pcm_s16le", "pcm_f32le"]
 
 RESAMPLE_QUALITY = "HQ"
+# quiet input is lifted for the model (see `lift_quiet`)
+QUIET_PEAK = 0.05  # -26 dBFS: audio whose loud samples stay below it is lifted to it
+PEAK_QUANTILE = 0.999  # "loud samples": this quantile of |x| (one click does not count)
+MAX_LIFT = 3000.0  # +70 dB at most
 
 
 __all__ = [
@@ -41,6 +45,7 @@ __all__ = [
     "AudioTooLongError",
     "PcmEncoding",
     "decode_audio",
+    "lift_quiet",
     "pcm_to_float",
     "resample",
 ]
@@ -90,6 +95,25 @@ def decode_audio(
         (time.perf_counter() - start) * 1e3,
     )
     return audio
+
+
+def lift_quiet(audio: np.ndarray) -> np.ndarray:
+    """f32 [N] with its loud samples lifted to QUIET_PEAK when they are quieter; else unchanged.
+
+    Whisper's features are not level-invariant: the log-mel is floored at 1e-10 and at its
+    maximum - 8 and then offset ((log10 + 4) / 4), so speech recorded 50 dB down reaches the
+    model as other numbers (tiny.en heard "America" for "Americans"). Ordinary recordings (the
+    test clips' loud samples sit at 0.06-0.7) are not touched; quieter ones are brought up to
+    their range. Digital silence stays silence.
+    """
+    if audio.shape[0] == 0:
+        return audio
+    peak = float(np.quantile(np.abs(audio), PEAK_QUANTILE))
+    if peak <= 0 or peak >= QUIET_PEAK:
+        return audio
+    gain = min(QUIET_PEAK / peak, MAX_LIFT)
+    logger.debug("quiet audio (loud samples at %.1e): lifted by %.1f dB", peak, 20 * np.log10(gain))
+    return (audio * np.float32(gain)).astype(np.float32, copy=False)
 
 
 def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:

@@ -11,9 +11,15 @@ puts it at `models/silero_vad.onnx`) is a small recurrent network over 16 kHz au
          stateN f32 [2, B, 128]    the state for the next chunk
 
 `SileroVad` holds the (thread-safe, stateless) session; the per-stream state lives in
-`VadState`. `VadStream` turns audio of any length into per-chunk probabilities and speech
-start/end events with hysteresis; `speech_timestamps` finds the speech regions of a whole clip
-(the REST `vad_filter` option). Times are in samples at 16 kHz unless a name says seconds.
+`VadState`. The network's decision depends on the input level (read speech at -50 dB is
+"silence" to it), so quiet input is first lifted to a common level (never attenuated; at most
+`MAX_GAIN`): whether something is speech does not depend on how loud it was recorded. A whole
+clip (`probs`) gets one gain per 30 s block, from the block's loud chunks, so the levels inside a
+block keep their relation (noise before speech stays below it); a stream (`VadStream`) gets a gain
+that follows the loudest recent chunk (instant attack, `LEVEL_RELEASE_S` release). `VadStream`
+turns audio of any length into per-chunk probabilities and speech start/end events with hysteresis;
+`speech_timestamps` finds the speech regions of a whole clip (the REST `vad_filter` option).
+Times are in samples at 16 kHz unless a name says seconds.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from app.engine.vad_lanes import lane_probs
+
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
@@ -36,6 +44,13 @@ CONTEXT_SAMPLES = 64  # samples of the previous chunk prepended to each chunk
 STATE_SHAPE = (2, 1, 128)
 VAD_FILE = "silero_vad.onnx"
 CHUNK_S = CHUNK_SAMPLES / SAMPLE_RATE
+# automatic gain in front of the network (level-independent decisions)
+TARGET_RMS = 0.1  # quieter input is lifted until its loud chunks have this RMS
+LEVEL_RELEASE_S = 3.0  # streams: time constant of the followed level's decay after a loud chunk
+BLOCK_S = 30.0  # whole clips: one gain per block this long
+LOUD_QUANTILE = 0.9  # whole clips: a block's level is this quantile of its chunks' RMS
+MAX_GAIN = 3000.0  # +70 dB at most; digital silence stays silence
+_RELEASE = float(np.exp(-CHUNK_S / LEVEL_RELEASE_S))  # per chunk
 
 
 class VadModelError(RuntimeError):
@@ -88,10 +103,35 @@ class VadState:
 
     state: np.ndarray = field(default_factory=lambda: np.zeros(STATE_SHAPE, np.float32))
     context: np.ndarray = field(default_factory=lambda: np.zeros((1, CONTEXT_SAMPLES), np.float32))
+    level: float = 0.0  # the followed RMS level of the input (before the gain)
 
     def reset(self) -> None:
         self.state = np.zeros(STATE_SHAPE, np.float32)
         self.context = np.zeros((1, CONTEXT_SAMPLES), np.float32)
+        self.level = 0.0
+
+    def follow(self, chunk: np.ndarray) -> float:
+        """Follow the level with `chunk` f32 [512]; the gain that lifts it to TARGET_RMS."""
+        rms = float(np.sqrt(np.mean(np.square(chunk, dtype=np.float64))))
+        self.level = max(rms, self.level * _RELEASE)
+        return lift(self.level)
+
+
+def lift(level: float) -> float:
+    """The gain for input whose loud parts have RMS `level`: >= 1, at most MAX_GAIN."""
+    return min(max(TARGET_RMS / level, 1.0), MAX_GAIN) if level > 0 else 1.0
+
+
+def block_gains(audio: np.ndarray) -> np.ndarray:
+    """Per-chunk gain of f32 [n * 512] audio -> f32 [n]: one gain per BLOCK_S block."""
+    chunks = audio.reshape(-1, CHUNK_SAMPLES)
+    rms = np.sqrt(np.mean(np.square(chunks, dtype=np.float64), axis=1))  # [n]
+    per_block = round(BLOCK_S / CHUNK_S)
+    gains = np.empty(rms.shape[0], np.float32)
+    for start in range(0, rms.shape[0], per_block):
+        block = rms[start : start + per_block]
+        gains[start : start + per_block] = lift(float(np.quantile(block, LOUD_QUANTILE)))
+    return gains
 
 
 class SileroVad:
@@ -133,28 +173,45 @@ class SileroVad:
         log.info("VAD model %s loaded in %.1f ms", path.name, 1e3 * (time.perf_counter() - t0))
         return vad
 
-    def chunk_prob(self, chunk: np.ndarray, state: VadState) -> float:
-        """Speech probability of one chunk f32 [512]; advances `state`."""
-        x = np.concatenate([state.context, chunk.reshape(1, CHUNK_SAMPLES)], axis=1)  # [1, 576]
-        out, new_state = self.session.run(None, {"input": x, "state": state.state, "sr": self._sr})
-        state.state = new_state
+    def run(self, x: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One step of B independent streams: x f32 [B, 64 + 512] (context + chunk), state
+        f32 [2, B, 128] -> (speech probabilities f32 [B], the next state [2, B, 128])."""
+        out, new_state = self.session.run(None, {"input": x, "state": state, "sr": self._sr})
+        return out[:, 0], new_state
+
+    def chunk_prob(self, chunk: np.ndarray, state: VadState, gain: float | None = None) -> float:
+        """Speech probability of one chunk f32 [512], times `gain` (None: the gain that
+        follows the stream's level); advances `state`."""
+        if gain is None:
+            gain = state.follow(chunk)
+        chunk = chunk.reshape(1, CHUNK_SAMPLES) * np.float32(gain)
+        x = np.concatenate([state.context, chunk], axis=1)  # [1, 576]
+        prob, state.state = self.run(x, state.state)
         state.context = x[:, -CONTEXT_SAMPLES:]
-        return float(out[0, 0])
+        return float(prob[0])
 
-    def probs(self, audio: np.ndarray, state: VadState | None = None) -> np.ndarray:
-        """Speech probability of every 512-sample chunk of f32 [N] audio -> f32 [ceil(N / 512)].
+    def probs(self, audio: np.ndarray, *, follow: bool = False) -> np.ndarray:
+        """Speech probability of every 512-sample chunk of f32 [N] audio -> f32 [ceil(N / 512)]
+        (the last chunk zero-padded).
 
-        The last chunk is zero-padded. A fresh state is used unless one is given.
+        Quiet audio is lifted block by block (`block_gains`) and the clip runs as parallel
+        lanes (`app.engine.vad_lanes`); with `follow`, chunk after chunk with the gain a stream
+        gets (what `VadStream` sees, for comparisons).
         """
         audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
-        state = state or VadState()
         n = -(-audio.shape[0] // CHUNK_SAMPLES)
         padded = np.zeros(n * CHUNK_SAMPLES, np.float32)
         padded[: audio.shape[0]] = audio
-        out = np.empty(n, np.float32)
-        for i in range(n):
-            out[i] = self.chunk_prob(padded[i * CHUNK_SAMPLES : (i + 1) * CHUNK_SAMPLES], state)
-        return out
+        chunks = padded.reshape(n, CHUNK_SAMPLES)
+        if not follow:
+            return lane_probs(
+                self.run,
+                chunks * block_gains(padded)[:, None],
+                context=CONTEXT_SAMPLES,
+                state_width=STATE_SHAPE[2],
+            )
+        state = VadState()
+        return np.array([self.chunk_prob(c, state) for c in chunks], np.float32)
 
 
 # ---- streaming ------------------------------------------------------------------------------

@@ -99,7 +99,10 @@ class TranscriptionJob:
     prompt: str | None = None
     temperature: float | None = None  # None or 0 = fallback schedule; > 0 = that temperature only
     beam_size: int | None = None  # None = the transcriber's default
-    vad_filter: bool = False
+    # hallucination defences; None = the server's default (its base options)
+    vad_filter: bool | None = None
+    no_speech_threshold: float | None = None
+    repetition_guard: bool | None = None
     max_audio_s: float | None = None  # longer uploads raise AudioTooLongError
 
 
@@ -202,14 +205,25 @@ class LoadedModel:
                     f"beam_size must be between 1 and 16, got {job.beam_size}", param="beam_size"
                 )
             changes["beam_size"] = job.beam_size
-        if job.vad_filter:
-            if self.transcriber.vad is None:
+        if job.vad_filter and self.transcriber.vad is None:
+            raise InvalidRequestError(
+                "vad_filter is unavailable: the VAD model is not installed on this server "
+                "(`python -m app.export vad`)",
+                param="vad_filter",
+            )
+        if job.vad_filter is not None:
+            changes["vad_filter"] = job.vad_filter
+        elif self.transcriber.vad is None:
+            changes["vad_filter"] = False  # on by default, but this server has no VAD model
+        if job.no_speech_threshold is not None:
+            if not 0.0 <= job.no_speech_threshold <= 1.0:
                 raise InvalidRequestError(
-                    "vad_filter is unavailable: the VAD model is not installed on this server "
-                    "(`python -m app.export vad`)",
-                    param="vad_filter",
+                    f"no_speech_threshold must be between 0 and 1, got {job.no_speech_threshold}",
+                    param="no_speech_threshold",
                 )
-            changes["vad_filter"] = True
+            changes["no_speech_threshold"] = job.no_speech_threshold
+        if job.repetition_guard is not None:
+            changes["repetition_guard"] = job.repetition_guard
         try:
             return replace(self.base_options, **changes)
         except ValueError as e:  # the options dataclass validates itself
@@ -275,11 +289,13 @@ class LoadedModel:
         return result
 
     def warm_up(self) -> float:
-        """Transcribe 1 s of faint noise once so the first request pays no compile cost."""
+        """Transcribe 1 s of faint noise once so the first request pays no compile cost (VAD
+        off: it would find no speech and nothing would be decoded)."""
         t0 = time.perf_counter()
         rng = np.random.default_rng(0)
         noise = (rng.standard_normal(int(WARMUP_SECONDS * SAMPLE_RATE)) * 1e-3).astype(np.float32)
-        segments, _ = self.transcriber.transcribe(noise, self.base_options)
+        options = replace(self.base_options, vad_filter=False)
+        segments, _ = self.transcriber.transcribe(noise, options)
         for _ in segments:
             pass
         self._warmup_s = time.perf_counter() - t0
@@ -377,7 +393,9 @@ class ModelRegistry:
         try:
             return SileroVad.load(self.models_dir / VAD_FILE)
         except VadModelError as e:
-            log.warning("no VAD: vad_filter requests will be refused: %s", e)
+            log.warning(
+                "no VAD: transcribing without it; vad_filter=true requests will be refused: %s", e
+            )
             return None
 
     @property

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import soxr
 
-from app.engine.audio import AudioDecodeError, PcmEncoding, pcm_to_float
+from app.engine.audio import AudioDecodeError, PcmEncoding, lift_quiet, pcm_to_float
 from app.engine.decoding import DecodingCancelled, DecodingOptions, DecodingResult, DecodingTask
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
 from app.engine.tokenizer import Tokenizer
@@ -779,7 +779,7 @@ class StreamingSession:
         end = start + audio.shape[0]
         sessions, tok = self.transcriber.sessions, self.tokenizer
         # 1 s of zeros after the audio gives the same frames as the 30 s the transcriber appends
-        mel = log_mel_spectrogram(audio, self.transcriber.n_mels, padding=SAMPLE_RATE)
+        mel = log_mel_spectrogram(lift_quiet(audio), self.transcriber.n_mels, padding=SAMPLE_RATE)
         content = audio.shape[0] // HOP_LENGTH
         window = pad_or_trim(mel[:, : min(content, N_FRAMES)], N_FRAMES)  # [n_mels, 3000]
         if cancel is not None and cancel.is_set():

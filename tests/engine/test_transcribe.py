@@ -82,21 +82,30 @@ def test_no_speech_clip_yields_no_text(base_tr):
         assert info.stats.windows == 1  # decoded, then skipped as no speech (not by the gate)
 
 
-def test_digital_silence_is_skipped_without_decoding(tiny_tr):
-    audio = np.zeros(seconds(40), np.float32)
-    segments, info, _ = run(tiny_tr, audio)
-    assert segments == [] and info.stats.windows == 0 and info.stats.attempts == 0
-    # without the gate, Whisper writes "you" over silence; the no-speech rule may not catch it
-    segments, info, _ = run(tiny_tr, audio, TranscriptionOptions(silence_threshold=None))
-    assert info.stats.windows >= 1
-
-
 @pytest.fixture(scope="module")
 def tiny_vad_tr(tiny, tiny_tok) -> Transcriber:
     path = MODELS_DIR / VAD_FILE
     if not path.is_file():
         pytest.skip(f"{path} is not built: run `make test-models` (make test does it)")
     return Transcriber(tiny, tiny_tok, vad=SileroVad.load(path))
+
+
+def test_digital_silence_is_skipped_without_decoding(tiny_vad_tr):
+    audio = np.zeros(seconds(40), np.float32)
+    segments, info, _ = run(tiny_vad_tr, audio, TranscriptionOptions(vad_filter=True))
+    assert segments == [] and info.stats.windows == 0 and info.stats.attempts == 0
+
+
+@pytest.mark.parametrize("vad_filter", [True, False])
+@pytest.mark.parametrize("gain_db", [-40, -50])
+def test_quiet_speech_transcribes_as_loud(tiny_vad_tr, vad_filter: bool, gain_db: int):
+    """No decision depends on the level: jfk at -50 dB (peaks near -50 dBFS) reads the same."""
+    loud = clip(JFK)
+    options = TranscriptionOptions(beam_size=1, vad_filter=vad_filter)
+    _, _, reference = run(tiny_vad_tr, loud, options)
+    _, info, text = run(tiny_vad_tr, loud * np.float32(10 ** (gain_db / 20)), options)
+    assert normalise(text) == normalise(reference) == normalise(REFERENCES[JFK])
+    assert info.stats.windows == 1
 
 
 def test_vad_filter_drops_non_speech_and_keeps_times(tiny_vad_tr):

@@ -19,13 +19,14 @@ from collections.abc import AsyncIterator, Awaitable
 from concurrent.futures import Future
 from typing import Annotated, Literal, TypeVar
 
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from app.api.auth import require_api_key
 from app.api.deps import get_metrics, get_pool, get_registry, get_settings
 from app.api.errors import APIError, UploadTooLargeError, to_api_error
+from app.api.forms import AudioForm, audio_form
 from app.api.metrics import Metrics, Stopwatch
 from app.api.schemas import (
     ERROR_RESPONSES,
@@ -79,80 +80,17 @@ class _Disconnected(Exception):
 @router.post("/transcriptions", response_model=None, responses=_RESPONSES)
 async def create_transcription(
     request: Request,
-    file: Annotated[UploadFile, File(description="Audio file: wav, flac, mp3, ogg, ...")],
+    form: Annotated[AudioForm, Depends(audio_form)],
     registry: Annotated[ModelRegistry, Depends(get_registry)],
     pool: Annotated[WorkerPool, Depends(get_pool)],
     settings: Annotated[Settings, Depends(get_settings)],
     metrics: Annotated[Metrics, Depends(get_metrics)],
-    model: Annotated[str | None, Form(description="Model name; default STT_DEFAULT_MODEL")] = None,
     language: Annotated[str | None, Form(description="ISO-639-1 code; default: detect")] = None,
-    prompt: Annotated[str | None, Form()] = None,
-    response_format: Annotated[ResponseFormat, Form()] = "json",
-    temperature: Annotated[float | None, Form(ge=0.0, le=1.0)] = None,
     timestamp_granularities: Annotated[
         list[TimestampGranularity] | None, Form(alias="timestamp_granularities[]")
     ] = None,
-    stream: Annotated[bool, Form()] = False,
-    beam_size: Annotated[int | None, Form(ge=1, le=16, description="Extra: beam width")] = None,
-    vad_filter: Annotated[bool, Form(description="Extra: skip silence with VAD")] = False,
 ) -> Response:
     """Transcribe audio into the input language."""
-    return await _handle(
-        request, registry, pool, settings, metrics, file,
-        task="transcribe", model=model, language=language, prompt=prompt,
-        response_format=response_format, temperature=temperature,
-        timestamp_granularities=timestamp_granularities, stream=stream,
-        beam_size=beam_size, vad_filter=vad_filter,
-    )  # fmt: skip
-
-
-@router.post("/translations", response_model=None, responses=_RESPONSES)
-async def create_translation(
-    request: Request,
-    file: Annotated[UploadFile, File(description="Audio file: wav, flac, mp3, ogg, ...")],
-    registry: Annotated[ModelRegistry, Depends(get_registry)],
-    pool: Annotated[WorkerPool, Depends(get_pool)],
-    settings: Annotated[Settings, Depends(get_settings)],
-    metrics: Annotated[Metrics, Depends(get_metrics)],
-    model: Annotated[str | None, Form(description="Model name; default STT_DEFAULT_MODEL")] = None,
-    prompt: Annotated[str | None, Form()] = None,
-    response_format: Annotated[ResponseFormat, Form()] = "json",
-    temperature: Annotated[float | None, Form(ge=0.0, le=1.0)] = None,
-    stream: Annotated[bool, Form(description="Extra: stream as SSE")] = False,
-    beam_size: Annotated[int | None, Form(ge=1, le=16, description="Extra: beam width")] = None,
-    vad_filter: Annotated[bool, Form(description="Extra: skip silence with VAD")] = False,
-) -> Response:
-    """Translate audio into English."""
-    return await _handle(
-        request, registry, pool, settings, metrics, file,
-        task="translate", model=model, language=None, prompt=prompt,
-        response_format=response_format, temperature=temperature,
-        timestamp_granularities=None, stream=stream, beam_size=beam_size, vad_filter=vad_filter,
-    )  # fmt: skip
-
-
-# ---- shared path ------------------------------------------------------------------------------
-async def _handle(
-    request: Request,
-    registry: ModelRegistry,
-    pool: WorkerPool,
-    settings: Settings,
-    metrics: Metrics,
-    file: UploadFile,
-    *,
-    task: Task,
-    model: str | None,
-    language: str | None,
-    prompt: str | None,
-    response_format: ResponseFormat,
-    temperature: float | None,
-    timestamp_granularities: list[TimestampGranularity] | None,
-    stream: bool,
-    beam_size: int | None,
-    vad_filter: bool,
-) -> Response:
-    clock = Stopwatch()
-    loaded = registry.get(model)
     if timestamp_granularities and "word" in timestamp_granularities:
         raise APIError(
             400,
@@ -160,8 +98,43 @@ async def _handle(
             param="timestamp_granularities[]",
             code="unsupported_value",
         )
-    data = await _read_upload(file, settings.max_upload_bytes)
-    if stream and beam_size is None:
+    return await _handle(
+        request, form, registry, pool, settings, metrics, task="transcribe", language=language
+    )
+
+
+@router.post("/translations", response_model=None, responses=_RESPONSES)
+async def create_translation(
+    request: Request,
+    form: Annotated[AudioForm, Depends(audio_form)],
+    registry: Annotated[ModelRegistry, Depends(get_registry)],
+    pool: Annotated[WorkerPool, Depends(get_pool)],
+    settings: Annotated[Settings, Depends(get_settings)],
+    metrics: Annotated[Metrics, Depends(get_metrics)],
+) -> Response:
+    """Translate audio into English."""
+    return await _handle(
+        request, form, registry, pool, settings, metrics, task="translate", language=None
+    )
+
+
+# ---- shared path ------------------------------------------------------------------------------
+async def _handle(
+    request: Request,
+    form: AudioForm,
+    registry: ModelRegistry,
+    pool: WorkerPool,
+    settings: Settings,
+    metrics: Metrics,
+    *,
+    task: Task,
+    language: str | None,
+) -> Response:
+    clock = Stopwatch()
+    loaded = registry.get(form.model)
+    data = await _read_upload(form.file, settings.max_upload_bytes)
+    beam_size = form.beam_size
+    if form.stream and beam_size is None:
         # Beam search can only release a token once every beam agrees on it (often at the end of
         # the window); greedy decoding releases text as soon as each segment closes.
         beam_size = STREAM_DEFAULT_BEAM_SIZE
@@ -169,14 +142,16 @@ async def _handle(
         audio=data,
         task=task,
         language=language or None,
-        prompt=prompt or None,
-        temperature=temperature,
+        prompt=form.prompt or None,
+        temperature=form.temperature,
         beam_size=beam_size,
-        vad_filter=vad_filter,
+        vad_filter=form.vad_filter,
+        no_speech_threshold=form.no_speech_threshold,
+        repetition_guard=form.repetition_guard,
         max_audio_s=settings.max_audio_s,
     )
     loaded.options_for(job)  # validate parameters now: a 400 rather than a failed job
-    if stream:
+    if form.stream:
         return await _stream(request, loaded, job, pool, metrics, clock)
 
     cancel = threading.Event()
@@ -197,7 +172,7 @@ async def _handle(
         metrics.observe_failure(loaded.name, task, _outcome(e))
         raise
     metrics.observe_result(loaded.name, result, started[0] if started else 0.0, clock())
-    return _format(result, response_format)
+    return _format(result, form.response_format)
 
 
 def _outcome(error: Exception) -> str:
