@@ -4,7 +4,7 @@ Protocol (see docs and DESIGN.md). Client -> server:
 
 - `{"type":"session.update","session":{"model","language","task","sample_rate","encoding",
   "prompt","vad"}}` before the first audio (defaults: the default model, language detected or
-  English, 16000 Hz, `pcm_s16le`, VAD on). `vad` is `true`/`false` or
+  English, 16000 Hz, `pcm_s16le`, VAD as STT_VAD_FILTER: on). `vad` is `true`/`false` or
   `{"threshold", "silence_duration_ms", "prefix_padding_ms"}`.
 - binary frames of raw mono PCM in the session's encoding and rate, or
   `{"type":"input_audio_buffer.append","audio":"<base64>"}`;
@@ -371,7 +371,7 @@ class _Connection:
             "sample_rate": 16000,
             "encoding": "pcm_s16le",
             "prompt": None,
-            "vad": vad is not None,
+            "vad": vad is not None and settings.vad_filter,
         }
         self.vad_options = VadOptions()
         self.preroll_s = StreamingOptions().preroll_s
@@ -388,6 +388,7 @@ class _Connection:
             vad=self.vad_options if self.config["vad"] else None,
             preroll_s=self.preroll_s,
             prompt=self.config["prompt"],
+            no_speech_threshold=self.registry.base_options.no_speech_threshold,
             kv_cache=self.registry.base_options.kv_cache,
         )
 

@@ -104,7 +104,7 @@ class StreamingOptions:
     context_gap_s: float = 3.0
     prompt: str | None = None
     condition_on_committed: bool = False
-    no_speech_threshold: float = 0.6
+    no_speech_threshold: float | None = 0.6
     log_prob_threshold: float = -1.0
     kv_cache: str = "concat"
 
@@ -809,7 +809,8 @@ class StreamingSession:
         self._decode_s += time.perf_counter() - t0
         duration = audio.shape[0] / SAMPLE_RATE
         silent = (
-            result.no_speech_prob > self.options.no_speech_threshold
+            self.options.no_speech_threshold is not None
+            and result.no_speech_prob > self.options.no_speech_threshold
             and result.avg_logprob < self.options.log_prob_threshold
             and not prefix
         )

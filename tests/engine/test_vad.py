@@ -67,6 +67,25 @@ def test_no_speech_in_silence(vad: SileroVad, source: str) -> None:
     assert vad.probs(audio).max() < 0.5
 
 
+@pytest.mark.parametrize("gain_db", [-20, -40, -50, -60])
+def test_quiet_speech_is_found_as_at_its_own_level(vad: SileroVad, gain_db: int) -> None:
+    """Silero alone misses jfk at -50 dB (0 s of speech); lifted, it finds the same phrases."""
+    loud = speech_timestamps(vad, clip(JFK))
+    quiet = speech_timestamps(vad, clip(JFK) * np.float32(10 ** (gain_db / 20)))
+    assert len(quiet) == len(loud)
+    for a, b in zip(loud, quiet, strict=True):
+        assert abs(a.start_s - b.start_s) < 0.2 and abs(a.end_s - b.end_s) < 0.3, (a, b)
+
+
+@pytest.mark.parametrize("level_db", [0, -20, -60])
+def test_lifted_noise_is_still_not_speech(vad: SileroVad, level_db: int) -> None:
+    rng = np.random.default_rng(3)
+    noise = (rng.standard_normal(16000 * 10) * 10 ** (level_db / 20) * 0.3).astype(np.float32)
+    assert speech_timestamps(vad, noise) == []
+    stream = VadStream(vad)
+    assert not any(e.kind == "start" for e in stream.feed(noise))
+
+
 def test_stream_matches_whole_clip_for_any_chunking(vad: SileroVad) -> None:
     audio = clip(JFK)
     options = VadOptions(min_silence_s=0.5)

@@ -11,9 +11,13 @@ import pytest
 import soundfile as sf
 
 from app.engine.audio import (
+    MAX_LIFT,
+    PEAK_QUANTILE,
+    QUIET_PEAK,
     AudioDecodeError,
     AudioTooLongError,
     decode_audio,
+    lift_quiet,
     pcm_to_float,
     resample,
 )
@@ -302,3 +306,26 @@ def test_pcm_nan_and_unknown_encoding() -> None:
         pcm_to_float(np.array([0.0, np.nan], dtype="<f4").tobytes(), "pcm_f32le")
     with pytest.raises(ValueError, match="unknown PCM encoding"):
         pcm_to_float(b"\x00\x00", "pcm_u8")  # type: ignore[arg-type]
+
+
+# --- level -----------------------------------------------------------------------------------
+
+
+def test_lift_quiet_leaves_ordinary_recordings_alone(jfk: np.ndarray) -> None:
+    assert lift_quiet(jfk) is jfk
+    zeros = np.zeros(16000, np.float32)
+    assert lift_quiet(zeros) is zeros  # digital silence stays silence
+    assert lift_quiet(np.zeros(0, np.float32)).shape == (0,)
+
+
+@pytest.mark.parametrize("gain_db", [-30, -50, -60])
+def test_lift_quiet_brings_quiet_speech_to_one_level(jfk: np.ndarray, gain_db: int) -> None:
+    lifted = lift_quiet(jfk * np.float32(10 ** (gain_db / 20)))
+    peak = float(np.quantile(np.abs(lifted), PEAK_QUANTILE))
+    assert peak == pytest.approx(QUIET_PEAK, rel=1e-3)
+    assert lifted.dtype == np.float32
+
+
+def test_lift_quiet_is_capped() -> None:
+    faint = np.full(16000, 1e-9, np.float32) * np.sign(np.sin(np.arange(16000)))
+    assert float(np.max(np.abs(lift_quiet(faint)))) == pytest.approx(1e-9 * MAX_LIFT, rel=1e-3)
