@@ -17,6 +17,7 @@ from app.engine.audio import (
     AudioDecodeError,
     AudioTooLongError,
     decode_audio,
+    is_narrowband,
     lift_quiet,
     pcm_to_float,
     resample,
@@ -329,3 +330,18 @@ def test_lift_quiet_brings_quiet_speech_to_one_level(jfk: np.ndarray, gain_db: i
 def test_lift_quiet_is_capped() -> None:
     faint = np.full(16000, 1e-9, np.float32) * np.sign(np.sin(np.arange(16000)))
     assert float(np.max(np.abs(lift_quiet(faint)))) == pytest.approx(1e-9 * MAX_LIFT, rel=1e-3)
+
+
+def test_narrowband_is_told_from_full_band() -> None:
+    """A telephone line (nothing above 4.2 kHz) against the same speech recorded full band.
+    (jfk.wav itself is narrowband: a 1961 broadcast.)"""
+    speech = decode_audio(AUDIO / "1089-134686-0000.flac")
+    spectrum = np.fft.rfft(speech.astype(np.float64))
+    freqs = np.fft.rfftfreq(speech.shape[0], 1 / 16000)
+    spectrum[(freqs < 300) | (freqs > 3400)] = 0
+    phone = np.fft.irfft(spectrum, speech.shape[0]).astype(np.float32)
+    assert is_narrowband(phone)
+    assert not is_narrowband(speech)
+    assert is_narrowband(decode_audio(AUDIO / "jfk.wav"))
+    assert not is_narrowband(np.zeros(16000 * 3, np.float32))  # no power at all
+    assert not is_narrowband(phone[:8000])  # under a second: not judged
