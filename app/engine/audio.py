@@ -133,6 +133,7 @@ def is_narrowband(audio: np.ndarray, rate: int = SAMPLE_RATE) -> bool:
         return False
     picks = np.unique(np.linspace(0, n - 1, min(n, _BAND_BLOCKS)).astype(int))
     blocks = np.stack([audio[i * rate : (i + 1) * rate] for i in picks]).astype(np.float64)
+    blocks -= blocks.mean(axis=1, keepdims=True)  # a DC offset is no band: leave it out
     power = np.abs(np.fft.rfft(blocks, axis=1)) ** 2  # [blocks, rate // 2 + 1]
     total = float(power.sum())
     high = float(power[:, int(NARROWBAND_HZ) :].sum())  # 1 Hz bins

@@ -345,3 +345,8 @@ def test_narrowband_is_told_from_full_band() -> None:
     assert is_narrowband(decode_audio(AUDIO / "jfk.wav"))
     assert not is_narrowband(np.zeros(16000 * 3, np.float32))  # no power at all
     assert not is_narrowband(phone[:8000])  # under a second: not judged
+
+
+def test_dc_offset_does_not_make_audio_narrowband() -> None:
+    speech = decode_audio(AUDIO / "1089-134686-0000.flac")
+    assert not is_narrowband(speech + np.float32(0.2))
