@@ -109,6 +109,18 @@ def at_snr(speech: np.ndarray, noise: np.ndarray, snr_db: float) -> np.ndarray:
     return speech + scale * noise
 
 
+def tone(seconds: float, rate: int, freq: float = 440.0, amp: float = 0.5) -> np.ndarray:
+    """A sine of `freq` Hz, f32 [seconds * rate]."""
+    t = np.arange(int(seconds * rate)) / rate
+    return (amp * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def peak_hz(audio: np.ndarray, rate: int = RATE) -> float:
+    """The frequency (Hz) of the strongest bin of f32 [N] audio's spectrum."""
+    spectrum = np.abs(np.fft.rfft(audio))
+    return float(np.fft.rfftfreq(audio.size, 1 / rate)[spectrum.argmax()])
+
+
 def telephone(speech: np.ndarray) -> np.ndarray:
     """300-3400 Hz band at 8 kHz, back to 16 kHz (what a phone line leaves)."""
     narrow = resample(speech.astype(np.float32), RATE, 8000)

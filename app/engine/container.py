@@ -90,19 +90,15 @@ def _decode_stream(
                     raise AudioDecodeError(f"could not decode the audio: the {fmt} stream is empty")
                 resampler = av.AudioResampler(format="flt", layout=frame.layout, rate=rate)
             for out in resampler.resample(frame):
-                mono = out.to_ndarray().reshape(-1, channels).mean(axis=1, dtype=np.float32)
-                chunks.append(mono)  # [n]
-                total += mono.shape[0]
+                chunks.append(_mono(out, channels))  # [n]
+                total += chunks[-1].shape[0]
             if total > limit_s * rate:
                 shown = max_duration_s if max_duration_s is not None else limit_s
                 raise AudioTooLongError(
                     f"the audio is longer than {shown:g} s (the limit); decoding stopped there"
                 )
         if resampler is not None:
-            chunks += [
-                out.to_ndarray().reshape(-1, channels).mean(axis=1, dtype=np.float32)
-                for out in resampler.resample(None)
-            ]
+            chunks += [_mono(out, channels) for out in resampler.resample(None)]
     except AudioDecodeError:
         raise
     except (av.FFmpegError, ValueError) as e:  # PyAV raises ValueError for some broken frames
@@ -115,6 +111,11 @@ def _decode_stream(
     if not chunks:
         raise AudioDecodeError(f"could not decode the audio: the {fmt} file contains no samples")
     return DecodedTrack(np.concatenate(chunks), rate, channels, fmt)
+
+
+def _mono(frame: av.AudioFrame, channels: int) -> np.ndarray:
+    """A packed f32 frame [1, n * channels] -> its channels averaged, f32 [n]."""
+    return frame.to_ndarray().reshape(-1, channels).mean(axis=1, dtype=np.float32)
 
 
 def _announced_s(container: av.container.InputContainer, stream: av.AudioStream) -> float | None:

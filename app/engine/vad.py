@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +37,10 @@ import onnxruntime as ort
 
 from app.engine.audio import is_narrowband, resample
 from app.engine.vad_lanes import lane_probs
+from app.runtime.contract import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
 NARROW_RATE = 8000  # the model's other branch: 256-sample chunks, 32 samples of context
 CHUNK_SAMPLES = 512  # 32 ms: the model's fixed chunk at 16 kHz
 CONTEXT_SAMPLES = 64  # samples of the previous chunk prepended to each chunk
@@ -141,8 +142,7 @@ class SileroVad:
     def __init__(self, session: ort.InferenceSession, path: Path) -> None:
         self.session = session
         self.path = path
-        self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
-        self._sr_8k = np.array(NARROW_RATE, dtype=np.int64)
+        self._rates = {r: np.array(r, dtype=np.int64) for r in (SAMPLE_RATE, NARROW_RATE)}
         names_in = {i.name for i in session.get_inputs()}
         names_out = [o.name for o in session.get_outputs()]
         if names_in != {"input", "state", "sr"} or names_out[:2] != ["output", "stateN"]:
@@ -175,15 +175,14 @@ class SileroVad:
         log.info("VAD model %s loaded in %.1f ms", path.name, 1e3 * (time.perf_counter() - t0))
         return vad
 
-    def run(self, x: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One step of B independent streams: x f32 [B, 64 + 512] (context + chunk), state
-        f32 [2, B, 128] -> (speech probabilities f32 [B], the next state [2, B, 128])."""
-        out, new_state = self.session.run(None, {"input": x, "state": state, "sr": self._sr})
-        return out[:, 0], new_state
-
-    def run_8k(self, x: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`run` on the model's 8 kHz branch: x f32 [B, 32 + 256] (the same 32 ms a chunk)."""
-        out, new_state = self.session.run(None, {"input": x, "state": state, "sr": self._sr_8k})
+    def run(
+        self, x: np.ndarray, state: np.ndarray, rate: int = SAMPLE_RATE
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One step of B independent streams: x f32 [B, 64 + 512] (context + chunk; at
+        NARROW_RATE [B, 32 + 256], the same 32 ms), state f32 [2, B, 128] -> (speech
+        probabilities f32 [B], the next state [2, B, 128])."""
+        feeds = {"input": x, "state": state, "sr": self._rates[rate]}
+        out, new_state = self.session.run(None, feeds)
         return out[:, 0], new_state
 
     def chunk_prob(self, chunk: np.ndarray, state: VadState, gain: float | None = None) -> float:
@@ -219,7 +218,7 @@ class SileroVad:
                 narrow = resample(padded, SAMPLE_RATE, NARROW_RATE)
                 chunks = np.zeros((n, CHUNK_SAMPLES // 2), np.float32)  # the same 32 ms chunks
                 chunks.reshape(-1)[: narrow.shape[0]] = narrow[: chunks.size]
-                step, context = self.run_8k, CONTEXT_SAMPLES // 2
+                step, context = partial(self.run, rate=NARROW_RATE), CONTEXT_SAMPLES // 2
             return lane_probs(
                 step, chunks * block_gains(chunks)[:, None], context=context,
                 state_width=STATE_SHAPE[2],

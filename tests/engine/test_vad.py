@@ -23,6 +23,7 @@ from app.export.sources import sha256_of
 from app.export.vad import VAD_SHA256
 from tests.conftest import MODELS_DIR
 from tests.engine.conftest import EARNINGS, EMPTY, JFK, clip
+from tests.media import telephone
 
 VAD_PATH = MODELS_DIR / "silero_vad.onnx"
 
@@ -80,10 +81,7 @@ def test_quiet_speech_is_found_as_at_its_own_level(vad: SileroVad, gain_db: int)
 def test_telephone_band_speech_is_found(vad: SileroVad) -> None:
     """At 16 kHz Silero misses most of a 300-3400 Hz line; the 8 kHz branch finds it."""
     audio = clip(EARNINGS)  # full band (jfk.wav is a narrowband broadcast already)
-    spectrum = np.fft.rfft(audio.astype(np.float64))
-    freqs = np.fft.rfftfreq(audio.shape[0], 1 / 16000)
-    spectrum[(freqs < 300) | (freqs > 3400)] = 0
-    phone = np.fft.irfft(spectrum, audio.shape[0]).astype(np.float32)
+    phone = telephone(audio)
     found = sum(s.end - s.start for s in speech_timestamps(vad, phone))
     full = sum(s.end - s.start for s in speech_timestamps(vad, audio))
     assert found > 0.85 * full, (found, full)

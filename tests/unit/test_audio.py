@@ -23,6 +23,7 @@ from app.engine.audio import (
     resample,
 )
 from tests.conftest import AUDIO
+from tests.media import peak_hz, telephone, tone
 
 
 @pytest.fixture(scope="module")
@@ -35,20 +36,10 @@ def jfk(audio_dir: Path) -> np.ndarray:
     return decode_audio(audio_dir / "jfk.wav")
 
 
-def tone(seconds: float, rate: int, freq: float = 440.0, amp: float = 0.5) -> np.ndarray:
-    t = np.arange(int(seconds * rate)) / rate
-    return (amp * np.sin(2 * np.pi * freq * t)).astype(np.float32)
-
-
 def encode(data: np.ndarray, rate: int, fmt: str = "WAV", subtype: str | None = None) -> bytes:
     buf = io.BytesIO()
     sf.write(buf, data, rate, format=fmt, subtype=subtype)
     return buf.getvalue()
-
-
-def peak_hz(audio: np.ndarray, rate: int = 16000) -> float:
-    spectrum = np.abs(np.fft.rfft(audio))
-    return float(np.fft.rfftfreq(audio.size, 1 / rate)[spectrum.argmax()])
 
 
 def rms(audio: np.ndarray) -> float:
@@ -336,10 +327,7 @@ def test_narrowband_is_told_from_full_band() -> None:
     """A telephone line (nothing above 4.2 kHz) against the same speech recorded full band.
     (jfk.wav itself is narrowband: a 1961 broadcast.)"""
     speech = decode_audio(AUDIO / "1089-134686-0000.flac")
-    spectrum = np.fft.rfft(speech.astype(np.float64))
-    freqs = np.fft.rfftfreq(speech.shape[0], 1 / 16000)
-    spectrum[(freqs < 300) | (freqs > 3400)] = 0
-    phone = np.fft.irfft(spectrum, speech.shape[0]).astype(np.float32)
+    phone = telephone(speech)
     assert is_narrowband(phone)
     assert not is_narrowband(speech)
     assert is_narrowband(decode_audio(AUDIO / "jfk.wav"))

@@ -9,17 +9,7 @@ import pytest
 from app.engine import container
 from app.engine.audio import AudioDecodeError, AudioTooLongError, decode_audio
 from tests.conftest import AUDIO
-from tests.media import CONTAINERS, encode_container
-
-
-def tone(seconds: float, rate: int, freq: float = 440.0) -> np.ndarray:
-    t = np.arange(int(seconds * rate)) / rate
-    return (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
-
-
-def peak_hz(audio: np.ndarray, rate: int = 16000) -> float:
-    spectrum = np.abs(np.fft.rfft(audio))
-    return float(np.argmax(spectrum) * rate / audio.shape[0])
+from tests.media import CONTAINERS, encode_container, peak_hz, tone
 
 
 def rms(audio: np.ndarray) -> float:
