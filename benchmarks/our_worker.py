@@ -3,7 +3,7 @@
 Reads JSON lines on stdin, answers one JSON line per request on stdout:
   {"op": "load", "model_dir", "ep", "precision", "threads", "kv_cache"} -> {"load_s", "rss_mb"}
   {"op": "transcribe", "path", "beam_size", "language"?, "kv_cache"?, "temperature"?,
-   "vad_filter"?, "no_speech_threshold"?, "repetition_guard"?}
+   "vad_filter"?, "no_speech_threshold"?, "repetition_guard"?, "seed"?}
       -> {"text", "total_s", "audio_decode_s", "stats": TranscriptionStats.as_dict(), ...}
   {"op": "rss"} -> {"rss_mb", "peak_rss_mb"};  {"op": "quit"}
 End-to-end time = decode the file + transcribe + consume every segment, as `python -m app
@@ -57,6 +57,7 @@ class Engine:
         vad_filter: bool = False,
         no_speech_threshold: float | None = 0.6,
         repetition_guard: bool = True,
+        seed: int | None = 0,
     ) -> dict:
         assert self.transcriber is not None
         extra = {} if temperature is None else {"temperature": (temperature,)}
@@ -67,6 +68,7 @@ class Engine:
             vad_filter=vad_filter,
             no_speech_threshold=no_speech_threshold,
             repetition_guard=repetition_guard,
+            seed=seed,
             **extra,
         )
         t0 = time.perf_counter()

@@ -4,7 +4,7 @@
 
 Reads JSON lines on stdin, answers one JSON line per request on stdout:
   {"op": "load", "model_dir", "compute_type", "threads"} -> {"load_s", "rss_mb"}
-  {"op": "transcribe", "path", "beam_size", "language"?, "temperature"?, "vad_filter"?}
+  {"op": "transcribe", "path", "beam_size", "language"?, "temperature"?, "vad_filter"?, "seed"?}
       -> {"text", "total_s", "tokens", ...}
   {"op": "stages", "path"} -> decode audio, log-mel and one 30 s encoder window, timed apart
   {"op": "rss"};  {"op": "quit"}
@@ -42,8 +42,13 @@ class Peer:
         language: str | None = "en",
         temperature: float | None = None,
         vad_filter: bool = False,
+        seed: int | None = None,
         **_: object,
     ) -> dict:
+        if seed is not None:
+            import ctranslate2
+
+            ctranslate2.set_random_seed(seed)  # the fallback's sampling
         extra = {} if temperature is None else {"temperature": temperature}
         extra["vad_filter"] = vad_filter
         t0 = time.perf_counter()

@@ -241,6 +241,30 @@ def reference_logits(
 
 
 @torch.inference_mode()
+def reference_alignment(
+    model: HFWhisper,
+    encoder_output: np.ndarray,
+    token_ids: Sequence[int],
+    heads: Sequence[tuple[int, int]],
+    eot: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """What our aligner gives for one row `token_ids`: the cross-attention weights of `heads`
+    ((layer, head) pairs) f32 [1, A, T, 1500] (eager attention, `output_attentions`), and the
+    log-prob of each next token over the text tokens (< eot) f32 [1, T - 1]."""
+    ids = torch.as_tensor(np.asarray([token_ids], dtype=np.int64))
+    out = model(
+        decoder_input_ids=ids,
+        encoder_outputs=(_t(encoder_output),),
+        use_cache=False,
+        output_attentions=True,
+    )
+    weights = torch.stack([out.cross_attentions[layer][:, head] for layer, head in heads], dim=1)
+    logprobs = torch.log_softmax(out.logits[0, :-1, :eot], dim=-1)
+    picked = logprobs.gather(-1, ids[0, 1:, None].clamp(max=eot - 1))[:, 0]
+    return weights.numpy(), picked[None].numpy()
+
+
+@torch.inference_mode()
 def reference_self_kv(
     model: HFWhisper, encoder_output: np.ndarray, token_ids: np.ndarray | Sequence[Sequence[int]]
 ) -> list[np.ndarray]:

@@ -33,7 +33,6 @@ import numpy as np
 
 from app.engine.kv_cache import CACHE_MODES, KVCache, make_cache
 from app.engine.logit_filters import (
-    TIME_PRECISION,
     ApplyTimestampRules,
     LogitFilter,
     RepetitionGuard,
@@ -48,10 +47,11 @@ from app.engine.search import (
     TokenDecoder,
     common_prefix_length,
 )
+from app.runtime.contract import TIME_PRECISION
 
 if TYPE_CHECKING:
+    from app.engine.backend import WhisperBackend
     from app.engine.tokenizer import Tokenizer
-    from app.runtime.sessions import WhisperSessions
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ class PrefixMemo:
 
 
 def detect_language(
-    sessions: WhisperSessions,
+    sessions: WhisperBackend,
     cross: list[np.ndarray],
     tokenizer: Tokenizer,
     kv_cache: str = "concat",
@@ -266,7 +266,7 @@ class DecodingTask:
 
     def __init__(
         self,
-        sessions: WhisperSessions,
+        sessions: WhisperBackend,
         cross: list[np.ndarray],
         tokenizer: Tokenizer,
         options: DecodingOptions,
@@ -507,7 +507,7 @@ class DecodingTask:
 
 
 def decode(
-    sessions: WhisperSessions,
+    sessions: WhisperBackend,
     cross: list[np.ndarray],
     tokenizer: Tokenizer,
     options: DecodingOptions,

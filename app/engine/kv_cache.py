@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 if TYPE_CHECKING:
-    from app.runtime.sessions import WhisperSessions
+    from app.engine.backend import WhisperBackend
 
 CacheMode = Literal["concat", "static", "none"]
 CACHE_MODES: tuple[str, ...] = ("concat", "static", "none")
@@ -53,7 +53,7 @@ class KVCache(ABC):
 
     mode: str
 
-    def __init__(self, sessions: WhisperSessions, cross: list[np.ndarray], batch: int) -> None:
+    def __init__(self, sessions: WhisperBackend, cross: list[np.ndarray], batch: int) -> None:
         dims = sessions.manifest.dims
         self.sessions = sessions
         self.cross = cross  # [1 or B, H, n_audio_ctx, Dh] per layer; shared, never copied
@@ -173,7 +173,7 @@ class _SlotCache(KVCache):
 
     tokens_per_call: int  # most new tokens fed per decoder call
 
-    def __init__(self, sessions: WhisperSessions, cross: list[np.ndarray], batch: int = 1) -> None:
+    def __init__(self, sessions: WhisperBackend, cross: list[np.ndarray], batch: int = 1) -> None:
         super().__init__(sessions, cross, batch)
         self.buffers = self._zeros(self._positions_for(0))  # [past_k_0, past_v_0, ...]
         self._order: np.ndarray | None = None  # pending beam reorder of the filled slots
@@ -307,7 +307,7 @@ class NoCache(KVCache):
 
 
 def make_cache(
-    mode: str, sessions: WhisperSessions, cross: list[np.ndarray], batch: int = 1
+    mode: str, sessions: WhisperBackend, cross: list[np.ndarray], batch: int = 1
 ) -> KVCache:
     """A fresh cache of the given mode ("concat" | "static" | "none") for one decode."""
     classes: dict[str, type[KVCache]] = {

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 NEG_INF = -np.inf
-TIME_PRECISION = 0.02  # seconds per timestamp token (30 s / 1500)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ Special token ids come from the model's manifest and are checked against `tokeni
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import string
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -16,10 +17,11 @@ from typing import Literal
 import tokenizers
 
 from app.engine.languages import LANGUAGES, to_language_code
-from app.runtime.contract import ContractError, Manifest, SpecialTokens
+from app.runtime.contract import TIME_PRECISION, ContractError, Manifest, SpecialTokens
 
 Task = Literal["transcribe", "translate"]
-TIME_PRECISION = 0.02  # seconds per timestamp token step
+# written without spaces between words: word timing splits them at every character
+LANGUAGES_WITHOUT_SPACES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
 
 _SPECIAL_NAMES: dict[str, tuple[str, ...]] = {
     "eot": ("<|endoftext|>",),
@@ -224,6 +226,54 @@ class Tokenizer:
         if run:
             parts.append(self._tok.decode(run, skip_special_tokens=False))
         return "".join(parts)
+
+    def split_words(
+        self, tokens: Sequence[int], language: str | None = None
+    ) -> tuple[list[str], list[list[int]]]:
+        """Words of text tokens and the tokens of each (joined, they are `tokens`).
+
+        Languages written without spaces split at every whole character; the others at a token
+        that starts with a space, is punctuation on its own, or is special (openai/whisper's
+        rule). A token holding part of a multi-byte character is kept with the next one.
+        """
+        pieces, piece_tokens = self._split_on_characters(tokens)
+        if language in LANGUAGES_WITHOUT_SPACES:
+            return pieces, piece_tokens
+        words: list[str] = []
+        word_tokens: list[list[int]] = []
+        for piece, ids in zip(pieces, piece_tokens, strict=True):
+            starts_word = (
+                ids[0] >= self.eot
+                or piece.startswith(" ")
+                or piece.strip() in string.punctuation
+                or not words
+            )
+            if starts_word:
+                words.append(piece)
+                word_tokens.append(list(ids))
+            else:
+                words[-1] += piece
+                word_tokens[-1].extend(ids)
+        return words, word_tokens
+
+    def _split_on_characters(self, tokens: Sequence[int]) -> tuple[list[str], list[list[int]]]:
+        """Split tokens where a whole character ends: a piece that decodes to U+FFFD (a partial
+        UTF-8 sequence) waits for the next token, unless the full text has U+FFFD there too."""
+        full = self.decode_with_timestamps(tokens)
+        pieces: list[str] = []
+        piece_tokens: list[list[int]] = []
+        current: list[int] = []
+        offset = 0
+        for token in tokens:
+            current.append(token)
+            text = self.decode_with_timestamps(current)
+            bad = text.find("\ufffd")
+            if bad < 0 or full[offset + bad : offset + bad + 1] == "\ufffd":
+                pieces.append(text)
+                piece_tokens.append(current)
+                offset += len(text)
+                current = []
+        return pieces, piece_tokens
 
     def is_timestamp(self, token: int) -> bool:
         return token >= self.timestamp_begin

@@ -430,11 +430,12 @@ def speech_time_map(spans: list[SpeechSpan]) -> list[tuple[float, float]]:
     return pairs
 
 
-def restore_time(t: float, time_map: list[tuple[float, float]]) -> float:
-    """A time (seconds) in the collected speech -> the time in the original audio."""
+def restore_time(t: float, time_map: list[tuple[float, float]], *, end: bool = False) -> float:
+    """A time (seconds) in the collected speech -> the time in the original audio. An `end`
+    falling exactly where two speech regions were joined belongs to the earlier one."""
     offset = 0.0
     for collected, original in time_map:
-        if collected > t:
+        if collected > t or (end and collected == t and t > 0):
             break
         offset = original - collected
     return t + offset

@@ -1,4 +1,5 @@
-"""Build a model folder: weights -> encoder.onnx + decoder.onnx + tokenizer.json + manifest.json.
+"""Build a model folder: weights -> encoder.onnx, decoder.onnx, aligner.onnx, tokenizer.json and
+manifest.json.
 
 The folder is written under a temporary name and renamed when complete, so a failed build leaves
 nothing half-written in the models folder.
@@ -28,8 +29,8 @@ from app.export.sources import (
     resolve_local_folder,
     sha256_of,
 )
-from app.export.whisper_graphs import build_decoder, build_encoder
-from app.runtime.contract import MODEL_FILES
+from app.export.whisper_graphs import build_aligner, build_decoder, build_encoder
+from app.runtime.contract import MODEL_FILES, ContractError, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,18 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
         onnx.save(model, path)
 
 
+def _stale(folder: Path) -> str | None:
+    """Why a folder this build wrote earlier must be built again (None: it is current)."""
+    missing = [f for f in MODEL_FILES if not (folder / f).is_file()]
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    try:
+        Manifest.load(folder)
+    except ContractError as e:
+        return str(e)
+    return None
+
+
 def build_model(
     name: str,
     models_dir: Path,
@@ -81,11 +94,13 @@ def build_model(
         raise BuildError(f"unknown precision {precision!r}: choose {', '.join(PRECISIONS)}")
     target = Path(models_dir) / name
     if target.exists():
-        if skip_existing and all((target / f).is_file() for f in MODEL_FILES):
+        if not skip_existing:
+            raise BuildError(f"{target} already exists: delete it first, or pass --skip-existing")
+        stale = _stale(target)
+        if stale is None:
             return None
-        if skip_existing:
-            raise BuildError(f"{target} exists but is incomplete: delete it and build again")
-        raise BuildError(f"{target} already exists: delete it first, or pass --skip-existing")
+        log.warning("rebuilding %s: %s", target, stale)
+        shutil.rmtree(target)
 
     started = time.perf_counter()
     partial = Path(models_dir) / f".{name}.partial-{os.getpid()}"
@@ -107,10 +122,8 @@ def build_model(
         steps.set_postfix_str("encoder graph")
         _save(build_encoder(weights, weight_format), partial / "encoder.onnx")
         steps.update()
-        steps.set_postfix_str("decoder graph")
+        steps.set_postfix_str("decoder graphs")
         _save(build_decoder(weights, weight_format), partial / "decoder.onnx")
-        steps.update()
-        del weights
         shutil.copyfile(source.tokenizer, partial / "tokenizer.json")
         manifest = build_manifest(
             name,
@@ -120,6 +133,12 @@ def build_model(
             precision,
             source.description,
         )
+        aligner = build_aligner(
+            weights, weight_format, manifest.alignment_heads, manifest.special.eot
+        )
+        _save(aligner, partial / "aligner.onnx")
+        del weights, aligner
+        steps.update()
         steps.set_postfix_str("hashing")
         hashes = {f: sha256_of(partial / f) for f in MODEL_FILES if f != "manifest.json"}
         manifest = dataclasses.replace(manifest, sha256=hashes)

@@ -177,11 +177,8 @@ class GraphBuilder:
         moved = self.op("Transpose", [x], perm=[0, 2, 1, 3])
         return self.op("Reshape", [moved, self.const(np.array([0, 0, d_model], np.int64))])
 
-    def attention(self, q: str, k: str, v: str, head_dim: int, bias: str | None = None) -> str:
-        """softmax(q k^T / sqrt(Dh) + bias) v.
-
-        q [B, H, T, Dh], k/v [B|1, H, S, Dh] -> [B, H, T, Dh].
-        """
+    def attention_weights(self, q: str, k: str, head_dim: int, bias: str | None = None) -> str:
+        """softmax(q k^T / sqrt(Dh) + bias): q [B, H, T, Dh], k [B|1, H, S, Dh] -> [B, H, T, S]."""
         # The scale goes on q, the small operand: on the scores OpenVINO moves it onto k, and
         # then scales every cached or cross key on every call.
         scaled_q = self.op("Mul", [q, self.const(np.float32(head_dim**-0.5))])
@@ -189,4 +186,11 @@ class GraphBuilder:
         scores = self.op("MatMul", [scaled_q, k_t])
         if bias is not None:
             scores = self.op("Add", [scores, bias])
-        return self.op("MatMul", [self.op("Softmax", [scores], axis=-1), v])
+        return self.op("Softmax", [scores], axis=-1)
+
+    def attention(self, q: str, k: str, v: str, head_dim: int, bias: str | None = None) -> str:
+        """softmax(q k^T / sqrt(Dh) + bias) v.
+
+        q [B, H, T, Dh], k/v [B|1, H, S, Dh] -> [B, H, T, Dh].
+        """
+        return self.op("MatMul", [self.attention_weights(q, k, head_dim, bias), v])

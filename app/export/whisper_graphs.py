@@ -152,25 +152,11 @@ def _cross_attention(g: GraphBuilder, q: str, k: str, v: str, head_dim: int) -> 
     return g.op("Reshape", [rows_first, q_shape])
 
 
-def build_decoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelProto:
-    """One decoder graph for prefill, steps, beams, batches and the static buffer (contract.py)."""
-    dims = w.dims()
-    g = GraphBuilder("whisper_decoder", weight_format)
-    input_ids = g.input("input_ids", np.int64, ["batch", "new"])
-    position_ids = g.input("position_ids", np.int64, ["batch", "new"])
-    attention_mask = g.input("attention_mask", np.int64, ["batch", "total"])
-    past_shape = ["batch", dims.n_heads, "past", dims.head_dim]
-    cross_shape = ["cross_batch", dims.n_heads, dims.n_audio_ctx, dims.head_dim]
-    past = {
-        name: g.input(name, np.float32, past_shape)
-        for name in contract.past_names(dims.n_text_layer)
-    }
-    cross = {
-        name: g.input(name, np.float32, cross_shape)
-        for name in contract.encoder_output_names(dims.n_text_layer)
-    }
-
-    # [V, D]: a row per token, and per output channel of the tied logits projection below
+def _embed(
+    g: GraphBuilder, w: WhisperWeights, input_ids: str, position_ids: str
+) -> tuple[str, str]:
+    """Token + position embeddings [B, T, D], and the token embedding matrix [V, D]."""
+    # [V, D]: a row per token, and per output channel of the tied logits projection
     embed = g.matrix(
         "model.decoder.embed_tokens.weight",
         w["model.decoder.embed_tokens.weight"],
@@ -180,17 +166,38 @@ def build_decoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelP
         "model.decoder.embed_positions.weight", w["model.decoder.embed_positions.weight"]
     )
     x = g.op("Add", [g.op("Gather", [embed, input_ids]), g.op("Gather", [positions, position_ids])])
-    bias = _mask_bias(g, input_ids, attention_mask)
+    return x, embed
 
+
+def _decoder_layers(
+    g: GraphBuilder,
+    w: WhisperWeights,
+    x: str,
+    bias: str,
+    cross: dict[str, str],
+    past: dict[str, str] | None,
+    alignment_heads: tuple[tuple[int, int], ...] = (),
+) -> tuple[str, list[str]]:
+    """The text layers over x [B, T, D] -> (final-normed x [B, T, D], alignment weights).
+
+    With `past`, each layer's new self K/V [B, H, T, Dh] become the `new_k_i`/`new_v_i` outputs
+    and the keys are past + new; without, the T tokens attend only to each other. For each
+    (layer, head) of `alignment_heads`, in order, its cross-attention weights [B, 1, T, 1500]
+    (cross K/V must then have one row per query row: no beams folded in).
+    """
+    dims = w.dims()
     new_shape = ["batch", dims.n_heads, "new", dims.head_dim]
+    weights: dict[tuple[int, int], str] = {}
     for i in range(dims.n_text_layer):
         layer = f"model.decoder.layers.{i}"
         h = _pre_norm(g, x, w, f"{layer}.self_attn_layer_norm")
         q, k, v = _self_attention_qkv(g, h, w, f"{layer}.self_attn")
-        g.output(k, f"new_k_{i}", np.float32, new_shape)
-        g.output(v, f"new_v_{i}", np.float32, new_shape)
-        keys = g.op("Concat", [past[f"past_k_{i}"], k], axis=2)  # [B, H, P+T, Dh]
-        values = g.op("Concat", [past[f"past_v_{i}"], v], axis=2)
+        keys, values = k, v
+        if past is not None:
+            g.output(k, f"new_k_{i}", np.float32, new_shape)
+            g.output(v, f"new_v_{i}", np.float32, new_shape)
+            keys = g.op("Concat", [past[f"past_k_{i}"], k], axis=2)  # [B, H, P+T, Dh]
+            values = g.op("Concat", [past[f"past_v_{i}"], v], axis=2)
         heads = g.attention(q, keys, values, dims.head_dim, bias)
         x = g.op("Add", [x, _attention_out(g, heads, w, f"{layer}.self_attn")])
 
@@ -200,17 +207,102 @@ def build_decoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelP
             h, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"], f"{prefix}.q_proj"
         )
         q = g.split_heads(q, dims.n_heads, dims.head_dim)
-        heads = _cross_attention(g, q, cross[f"cross_k_{i}"], cross[f"cross_v_{i}"], dims.head_dim)
+        cross_k, cross_v = cross[f"cross_k_{i}"], cross[f"cross_v_{i}"]
+        wanted = [head for layer_index, head in alignment_heads if layer_index == i]
+        if wanted:
+            probs = g.attention_weights(q, cross_k, dims.head_dim)  # [B, H, T, 1500]
+            for head in wanted:
+                weights[(i, head)] = g.op("Gather", [probs, g.const([head])], axis=1)
+            heads = g.op("MatMul", [probs, cross_v])
+        else:
+            heads = _cross_attention(g, q, cross_k, cross_v, dims.head_dim)
         x = g.op("Add", [x, _attention_out(g, heads, w, prefix)])
         x = _feed_forward(g, x, w, layer)
-
     x = _pre_norm(g, x, w, "model.decoder.layer_norm")  # [B, T, D]
-    # logits = x @ embed^T via Gemm(transB) on [B*T, D], so the embedding is stored once.
+    return x, [weights[head] for head in alignment_heads]
+
+
+def _logits(g: GraphBuilder, x: str, embed: str, input_ids: str, dims: contract.Dims) -> str:
+    """logits [B, T, V] = x @ embed^T, via Gemm(transB) on [B*T, D] so the embedding is stored
+    once."""
     flat = g.op("Reshape", [x, g.const(np.array([-1, dims.d_model], np.int64))])
     logits = g.op("Gemm", [flat, embed], transB=1)  # [B*T, V]
     batch_and_new = g.op("Shape", [input_ids])
     out_shape = g.op("Concat", [batch_and_new, g.const(np.array([dims.n_vocab], np.int64))], axis=0)
+    return g.op("Reshape", [logits, out_shape])
+
+
+def _cross_inputs(g: GraphBuilder, dims: contract.Dims, batch: str) -> dict[str, str]:
+    shape = [batch, dims.n_heads, dims.n_audio_ctx, dims.head_dim]
+    return {
+        name: g.input(name, np.float32, shape)
+        for name in contract.encoder_output_names(dims.n_text_layer)
+    }
+
+
+def build_decoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelProto:
+    """One decoder graph for prefill, steps, beams, batches and the static buffer (contract.py)."""
+    dims = w.dims()
+    g = GraphBuilder("whisper_decoder", weight_format)
+    input_ids = g.input("input_ids", np.int64, ["batch", "new"])
+    position_ids = g.input("position_ids", np.int64, ["batch", "new"])
+    attention_mask = g.input("attention_mask", np.int64, ["batch", "total"])
+    past_shape = ["batch", dims.n_heads, "past", dims.head_dim]
+    past = {
+        name: g.input(name, np.float32, past_shape)
+        for name in contract.past_names(dims.n_text_layer)
+    }
+    cross = _cross_inputs(g, dims, "cross_batch")
+    x, embed = _embed(g, w, input_ids, position_ids)
+    x, _ = _decoder_layers(g, w, x, _mask_bias(g, input_ids, attention_mask), cross, past)
+    logits = _logits(g, x, embed, input_ids, dims)
+    g.output(logits, "logits", np.float32, ["batch", "new", dims.n_vocab])
+    return g.model()
+
+
+def build_aligner(
+    w: WhisperWeights,
+    weight_format: WeightFormat,
+    alignment_heads: tuple[tuple[int, int], ...],
+    eot: int,
+) -> onnx.ModelProto:
+    """The decoder run once over a whole window's tokens, for word timing (contract.py).
+
+    input_ids [B, T] (sot sequence, <|notimestamps|>, text, <|endoftext|>, at positions 0..T-1;
+    rows padded at the end), target_ids [B, T] (the token whose log-prob is wanted at each
+    position, < eot), cross K/V [B, H, 1500, Dh] ->
+    alignment_weights [B, A, T, 1500]: the alignment heads' softmax cross-attention weights;
+    token_logprobs [B, T]: log p(target_ids[:, t]) over the text tokens (ids < eot), as
+    openai/whisper's word probabilities take it.
+    """
+    dims = w.dims()
+    if not alignment_heads:
+        raise ValueError("the model has no alignment heads: word timing needs them")
+    g = GraphBuilder("whisper_aligner", weight_format)
+    input_ids = g.input("input_ids", np.int64, ["batch", "tokens"])
+    target_ids = g.input("target_ids", np.int64, ["batch", "tokens"])
+    cross = _cross_inputs(g, dims, "batch")
+    zero, one = g.const(np.array(0, np.int64)), g.const(np.array(1, np.int64))
+    n_tokens = g.op("Gather", [g.op("Shape", [input_ids]), one], axis=0)
+    position_ids = g.op("Unsqueeze", [g.op("Range", [zero, n_tokens, one]), g.const([0])])
+    ones = onnx.helper.make_tensor("one", onnx.TensorProto.INT64, [1], [1])
+    every_key = g.op("ConstantOfShape", [g.op("Shape", [input_ids])], value=ones)  # [B, T]
+    x, embed = _embed(g, w, input_ids, position_ids)
+    x, weights = _decoder_layers(
+        g, w, x, _mask_bias(g, input_ids, every_key), cross, None, alignment_heads
+    )
     g.output(
-        g.op("Reshape", [logits, out_shape]), "logits", np.float32, ["batch", "new", dims.n_vocab]
+        g.op("Concat", weights, axis=1),
+        "alignment_weights",
+        np.float32,
+        ["batch", len(alignment_heads), "tokens", dims.n_audio_ctx],
+    )
+    logits = _logits(g, x, embed, input_ids, dims)
+    text_logits = g.op("Slice", [logits, g.const([0]), g.const([eot]), g.const([2])])
+    logprobs = g.op("LogSoftmax", [text_logits], axis=-1)  # [B, T, eot]
+    picked = g.op("GatherElements", [logprobs, g.op("Unsqueeze", [target_ids, g.const([2])])],
+                  axis=2)  # fmt: skip
+    g.output(
+        g.op("Squeeze", [picked, g.const([2])]), "token_logprobs", np.float32, ["batch", "tokens"]
     )
     return g.model()

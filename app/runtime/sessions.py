@@ -167,7 +167,8 @@ def create_session(
 
 
 class WhisperSessions:
-    """The encoder and decoder sessions of one model folder; safe to call from many threads."""
+    """The encoder, decoder and aligner sessions of one model folder; safe to call from many
+    threads. The aligner runs where the decoder runs."""
 
     def __init__(
         self,
@@ -175,6 +176,7 @@ class WhisperSessions:
         manifest: Manifest,
         encoder: ort.InferenceSession,
         decoder: ort.InferenceSession,
+        aligner: ort.InferenceSession,
         devices: dict[str, str],
         ep: str,
     ) -> None:
@@ -184,6 +186,7 @@ class WhisperSessions:
         self.ep = ep
         self._encoder = encoder
         self._decoder = decoder
+        self._aligner = aligner
         n_layers = manifest.dims.n_text_layer
         self._encoder_outputs = contract.encoder_output_names(n_layers)
         self._decoder_outputs = contract.decoder_output_names(n_layers)
@@ -203,8 +206,8 @@ class WhisperSessions:
         available = openvino_devices() if options.ep == "openvino" else []
         if options.ep == "openvino" and not available:
             raise DeviceError("the OpenVINO execution provider is not installed in this Python")
-        for stage in ("encoder", "decoder"):
-            wanted = getattr(options, f"{stage}_device") or options.device
+        for stage in ("encoder", "decoder", "aligner"):
+            wanted = getattr(options, f"{stage}_device", options.decoder_device) or options.device
             device = resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
             started = time.perf_counter()
             session = create_session(
@@ -214,7 +217,7 @@ class WhisperSessions:
                 options.threads,
                 options.cache_dir,
                 options.inference_precision,
-                graph_inputs_feed_attention=stage == "decoder",
+                graph_inputs_feed_attention=stage != "encoder",
             )
             contract.check_io(
                 stage,
@@ -231,7 +234,15 @@ class WhisperSessions:
                 time.perf_counter() - started,
             )
             sessions[stage], devices[stage] = session, device
-        return cls(folder, manifest, sessions["encoder"], sessions["decoder"], devices, options.ep)
+        return cls(
+            folder,
+            manifest,
+            sessions["encoder"],
+            sessions["decoder"],
+            sessions["aligner"],
+            devices,
+            options.ep,
+        )
 
     @property
     def providers(self) -> dict[str, str]:
@@ -239,6 +250,7 @@ class WhisperSessions:
         return {
             "encoder": self._encoder.get_providers()[0],
             "decoder": self._decoder.get_providers()[0],
+            "aligner": self._aligner.get_providers()[0],
         }
 
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
@@ -263,6 +275,16 @@ class WhisperSessions:
         feed.update(zip(self._cross_names, cross, strict=True))
         logits, *new = self._decoder.run(self._decoder_outputs, feed)
         return logits, new
+
+    def align(
+        self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The aligner over whole token rows: input_ids, target_ids i64 [B, T], cross K/V with B
+        rows -> alignment weights f32 [B, A, T, 1500], token log-probs f32 [B, T]."""
+        feed = {"input_ids": input_ids, "target_ids": target_ids}
+        feed.update(zip(self._cross_names, cross, strict=True))
+        weights, logprobs = self._aligner.run(contract.aligner_output_names(), feed)
+        return weights, logprobs
 
     def empty_past(self, batch: int = 1) -> list[np.ndarray]:
         """Zero-length self K/V [batch, H, 0, Dh] for a first call with nothing cached."""

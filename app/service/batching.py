@@ -401,7 +401,7 @@ class BatchingSessions:
         for thread in self._threads:
             thread.start()
 
-    # -- WhisperSessions' interface ---------------------------------------------------------------
+    # -- the engine's WhisperBackend -------------------------------------------------------------
     @property
     def manifest(self) -> Manifest:
         return self.inner.manifest
@@ -454,6 +454,12 @@ class BatchingSessions:
             rows,
         )
         return self._submit(call)
+
+    def align(
+        self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The aligner, run directly (once per window when words are asked for; not batched)."""
+        return self.inner.align(input_ids, target_ids, cross)
 
     # -- observers and lifetime ----------------------------------------------------------------
     def add_observer(self, observer: Callable[[StepRecord], None]) -> None:

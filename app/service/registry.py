@@ -19,6 +19,7 @@ from typing import Literal
 import numpy as np
 
 from app.engine.audio import AudioDecodeError, AudioTooLongError, decode_audio
+from app.engine.backend import WhisperBackend
 from app.engine.languages import LANGUAGES
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
@@ -147,7 +148,7 @@ class LoadedModel:
     def __init__(
         self,
         name: str,
-        sessions: WhisperSessions | BatchingSessions,
+        sessions: WhisperBackend,
         tokenizer: Tokenizer,
         base_options: TranscriptionOptions,
         load_s: float,
@@ -155,7 +156,7 @@ class LoadedModel:
         vad: SileroVad | None = None,
     ) -> None:
         self.name = name
-        self.sessions: WhisperSessions | BatchingSessions = sessions
+        self.sessions: WhisperBackend = sessions
         self.tokenizer = tokenizer
         self.transcriber = Transcriber(sessions, tokenizer, vad=vad)
         self.base_options = base_options
@@ -365,7 +366,7 @@ class ModelRegistry:
                 tokenizer = Tokenizer.from_folder(folder, loaded.manifest)
             except Exception as e:
                 raise ModelLoadError(f"could not load model '{name}' from {folder}: {e}") from e
-            sessions: WhisperSessions | BatchingSessions = loaded
+            sessions: WhisperBackend = loaded
             if self.batching is not None:
                 sessions = BatchingSessions(loaded, self.batching, name=name)
             load_s = time.perf_counter() - t0

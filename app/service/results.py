@@ -5,6 +5,9 @@ Times are seconds from the start of the audio.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +81,7 @@ class TranscriptionStats:
     prefill_s: float = 0.0
     decoder_s: float = 0.0
     search_s: float = 0.0  # decode() wall time minus decoder calls: filters, selection, copies
+    align_s: float = 0.0  # word timing: aligner calls and DTW
     windows: int = 0
     attempts: int = 0
     fallbacks: int = 0
@@ -87,6 +91,15 @@ class TranscriptionStats:
     tokens: int = 0
     cache_nbytes: int = 0  # peak K/V bytes (cross + self) of one decode
     total_s: float = 0.0
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Add the wall time of the `with` body to the `stage` field (e.g. "mel_s")."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, stage, getattr(self, stage) + time.perf_counter() - started)
 
     @property
     def ms_per_step(self) -> float:
@@ -111,6 +124,7 @@ class TranscriptionStats:
             "prefill_s": self.prefill_s,
             "decoder_s": self.decoder_s,
             "search_s": self.search_s,
+            "align_s": self.align_s,
             "windows": self.windows,
             "attempts": self.attempts,
             "fallbacks": self.fallbacks,

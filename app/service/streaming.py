@@ -58,12 +58,11 @@ from app.engine.decoding import DecodingCancelled, DecodingOptions, DecodingResu
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad, VadOptions, VadStream
-from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE, TIME_PRECISION
 from app.service.transcriber import Transcriber, TranscriptionCancelled
 
 log = logging.getLogger(__name__)
 
-TIME_PRECISION = 0.02  # seconds per timestamp token
 WINDOW_S = N_SAMPLES_PER_WINDOW / SAMPLE_RATE  # 30.0
 ADMIT_SLICE = SAMPLE_RATE // 4  # audio is admitted (VAD + buffer) 0.25 s at a time
 MAX_PREFIX_TOKENS = 160  # a longer forced prefix cuts the buffer

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from app.engine.audio import lift_quiet
+from app.engine.backend import WhisperBackend
 from app.engine.decoding import (
     DecodingCancelled,
     DecodingOptions,
@@ -55,9 +56,9 @@ from app.engine.vad import (
     speech_time_map,
     speech_timestamps,
 )
-from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
-from app.runtime.sessions import WhisperSessions
+from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE, TIME_PRECISION
 from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
+from app.service.words import add_words
 
 __all__ = [
     "Segment",
@@ -71,7 +72,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TIME_PRECISION = 0.02  # seconds per timestamp token
 INPUT_STRIDE = N_FRAMES // 1500  # mel frames per timestamp step (2)
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -94,6 +94,8 @@ class TranscriptionOptions:
     vad_filter: transcribe only the speech regions Silero VAD finds (`vad_options`; None =
     defaults), as faster-whisper does; segment times stay those of the original audio. Needs a
     Transcriber built with a VAD model.
+    word_timestamps: each segment gets its words with start/end and probability
+    (`app.engine.timing`); segment bounds follow the words.
     """
 
     language: str | None = None
@@ -120,6 +122,7 @@ class TranscriptionOptions:
     kv_cache: str = "concat"
     seed: int | None = 0
     repetition_guard: bool = True
+    word_timestamps: bool = False
 
     def __post_init__(self) -> None:
         temps = self.temperature
@@ -259,7 +262,7 @@ class Transcriber:
     one instance serves concurrent requests."""
 
     def __init__(
-        self, sessions: WhisperSessions, tokenizer: Tokenizer, vad: SileroVad | None = None
+        self, sessions: WhisperBackend, tokenizer: Tokenizer, vad: SileroVad | None = None
     ) -> None:
         self.sessions = sessions
         self.tokenizer = tokenizer
@@ -294,11 +297,10 @@ class Transcriber:
                     "vad_filter needs the Silero VAD model (models/silero_vad.onnx); "
                     "this transcriber was built without one"
                 )
-            t0 = time.perf_counter()
-            spans = speech_timestamps(self.vad, audio, options.vad_options)
-            time_map = speech_time_map(spans)
-            audio = collect_speech(audio, spans)
-            stats.vad_s = time.perf_counter() - t0
+            with stats.timed("vad_s"):
+                spans = speech_timestamps(self.vad, audio, options.vad_options)
+                time_map = speech_time_map(spans)
+                audio = collect_speech(audio, spans)
             log.debug(
                 "VAD: %d speech regions, %.2f of %.2f s kept",
                 len(spans),
@@ -306,9 +308,8 @@ class Transcriber:
                 stats.audio_s,
             )
 
-        t0 = time.perf_counter()
-        mel = log_mel_spectrogram(lift_quiet(audio), self.n_mels, padding=N_SAMPLES_PER_WINDOW)
-        stats.mel_s = time.perf_counter() - t0
+        with stats.timed("mel_s"):
+            mel = log_mel_spectrogram(lift_quiet(audio), self.n_mels, padding=N_SAMPLES_PER_WINDOW)
         content_frames = mel.shape[-1] - N_FRAMES
 
         language = options.language
@@ -318,11 +319,10 @@ class Transcriber:
         if language is None:
             if self.multilingual:
                 first_cross = self._encode(mel, 0, content_frames, stats)
-                t0 = time.perf_counter()
-                detection = detect_language(
-                    self.sessions, first_cross, self.tokenizer, options.kv_cache
-                )
-                stats.language_s = time.perf_counter() - t0
+                with stats.timed("language_s"):
+                    detection = detect_language(
+                        self.sessions, first_cross, self.tokenizer, options.kv_cache
+                    )
                 language, language_probability = detection.language, detection.probability
                 language_probs = detection.probabilities
                 log.info("detected language %s (p=%.2f)", language, language_probability)
@@ -369,9 +369,8 @@ class Transcriber:
     ) -> list[np.ndarray]:
         size = min(N_FRAMES, content_frames - seek)
         window = pad_or_trim(mel[:, seek : seek + max(size, 0)], N_FRAMES)  # [n_mels, 3000]
-        t0 = time.perf_counter()
-        cross = self.sessions.encode(np.ascontiguousarray(window[None]))  # [1, H, 1500, Dh] each
-        stats.encoder_s += time.perf_counter() - t0
+        with stats.timed("encoder_s"):
+            cross = self.sessions.encode(np.ascontiguousarray(window[None]))  # [1, H, 1500, Dh]
         stats.windows += 1
         return cross
 
@@ -398,6 +397,7 @@ class Transcriber:
                 all_tokens.extend(options.initial_prompt)
         seek = 0
         segment_id = 0
+        last_speech = 0.0  # end of the last word, for word timing
         duration = content_frames * HOP_LENGTH / SAMPLE_RATE
         window_started = time.perf_counter()
 
@@ -429,7 +429,6 @@ class Transcriber:
             result = self._decode_with_fallback(
                 cross, options, language, prompt, seek, stats, rng, window, cancel
             )
-            del cross
 
             if options.no_speech_threshold is not None:
                 should_skip = result.no_speech_prob > options.no_speech_threshold
@@ -481,6 +480,21 @@ class Transcriber:
                 segment_id += 1
                 all_tokens.extend(piece.tokens)
                 stats.tokens += len(piece.tokens)
+            if options.word_timestamps and kept:
+                with stats.timed("align_s"):
+                    kept, last_speech = add_words(
+                        kept,
+                        self.sessions,
+                        cross,
+                        tok,
+                        tok.sot_sequence(language, options.task),  # type: ignore[arg-type]
+                        language,
+                        window_frames=segment_size,
+                        time_offset=time_offset,
+                        last_speech=last_speech,
+                        pad_to=self.n_text_ctx if options.kv_cache == "static" else None,
+                    )
+            del cross
 
             if (
                 not options.condition_on_previous_text
@@ -615,10 +629,21 @@ def _restore_times(
     segments: Iterator[Segment], time_map: list[tuple[float, float]], duration: float
 ) -> Iterator[Segment]:
     """Segment times of the VAD-collected speech -> times in the original audio (seconds)."""
+
+    def span(start: float, end: float) -> tuple[float, float]:
+        start = restore_time(start, time_map)
+        return start, min(max(restore_time(end, time_map, end=True), start), duration)
+
     for segment in segments:
-        start = restore_time(segment.start, time_map)
-        end = min(max(restore_time(segment.end, time_map), start), duration)
-        yield replace(segment, start=round(start, 3), end=round(end, 3))
+        start, end = span(segment.start, segment.end)
+        words = segment.words
+        if words is not None:
+            words = tuple(
+                replace(w, start=round(s, 2), end=round(e, 2))
+                for w in words
+                for s, e in [span(w.start, w.end)]
+            )
+        yield replace(segment, start=round(start, 3), end=round(end, 3), words=words)
 
 
 @dataclass(frozen=True)

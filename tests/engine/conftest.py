@@ -17,6 +17,7 @@ import pytest
 from app.engine.audio import decode_audio
 from app.engine.mel import log_mel_spectrogram, pad_or_trim
 from app.engine.tokenizer import Tokenizer
+from app.engine.vad import VAD_FILE, SileroVad
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from app.service.transcriber import Transcriber
@@ -115,3 +116,11 @@ def tiny_tr(tiny, tiny_tok) -> Transcriber:
 @pytest.fixture(scope="session")
 def base_tr(base, base_tok) -> Transcriber:
     return Transcriber(base, base_tok)
+
+
+@pytest.fixture(scope="session")
+def tiny_vad_tr(tiny, tiny_tok) -> Transcriber:
+    path = MODELS_DIR / VAD_FILE
+    if not path.is_file():
+        pytest.skip(f"{path} is not built: run `make test-models` (make test does it)")
+    return Transcriber(tiny, tiny_tok, vad=SileroVad.load(path))

@@ -9,7 +9,9 @@ same weights (tests/oracle.py), on the OpenVINO EP (device CPU) and on the plain
   see tests/oracle.py) gives the same tokens as HF `generate` on jfk.wav and the LibriSpeech clips;
 - the decoder graph agrees with itself across its modes: prefill of T tokens == T single steps,
   a left-padded batch of two == each alone, cross K/V at batch 1 broadcast == explicit batch 2,
-  static mode (fixed [1, H, 448, Dh] buffer, T = 1) == concat mode.
+  static mode (fixed [1, H, 448, Dh] buffer, T = 1) == concat mode;
+- the aligner's alignment-head weights and token log-probs (word timing) agree with the
+  reference's `output_attentions` and log-softmax within 1e-3.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tests.oracle import (
     WEIGHTS_CACHE,
     ReferenceIds,
     load_audio,
+    reference_alignment,
     reference_cross_kv,
     reference_encoder_output,
     reference_features,
@@ -216,9 +219,10 @@ def _greedy(s: WhisperSessions, features: np.ndarray, prefix: tuple[int, ...], e
 
 def test_active_provider_is_the_one_asked_for(sessions: WhisperSessions, ep: str) -> None:
     assert sessions.ep == ep
-    assert sessions.providers == {"encoder": PROVIDERS[ep], "decoder": PROVIDERS[ep]}
+    assert set(sessions.providers) == {"encoder", "decoder", "aligner"}
+    assert set(sessions.providers.values()) == {PROVIDERS[ep]}
     if ep == "openvino":
-        assert sessions.devices == {"encoder": "CPU", "decoder": "CPU"}
+        assert sessions.devices == {"encoder": "CPU", "decoder": "CPU", "aligner": "CPU"}
 
 
 def _encoder_with_hidden_output(folder: Path, tmp: Path) -> tuple[Path, str]:
@@ -295,6 +299,33 @@ def test_logits_along_the_reference_transcript_match(
     )
     diff = _record(f"{folder.name}/{ep} logits over the jfk transcript", _maxdiff(logits, theirs))
     assert diff <= TOLERANCE
+
+
+def test_aligner_matches_reference_attention(
+    folder: Path, ep: str, sessions: WhisperSessions, reference: _Reference, ids: ReferenceIds
+) -> None:
+    """The alignment heads' cross-attention over the jfk transcript, and each text token's
+    log-prob, as the reference computes them (the oracle of word timing)."""
+    manifest = Manifest.load(folder)
+    text = [t for t in reference.greedy(folder, "jfk.wav", ids.prefix) if t < ids.eot]
+    row = [*ids.prefix, *text, ids.eot]
+    targets = [t if t < ids.eot else 0 for t in row[1:]] + [0]
+    weights, logprobs = sessions.align(
+        np.array([row]), np.array([targets]), sessions.encode(_jfk(reference, folder))
+    )
+    heads = manifest.alignment_heads
+    ref_weights, ref_logprobs = reference_alignment(
+        reference_for(folder), reference.encoder_output(folder), row, heads, ids.eot
+    )
+    assert weights.shape == (1, len(heads), len(row), 1500)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-4)  # softmax over the frames
+    w_diff = _record(f"{folder.name}/{ep} alignment weights", _maxdiff(weights, ref_weights))
+    text_rows = slice(len(ids.prefix) - 1, len(row) - 2)  # positions whose next token is text
+    p_diff = _record(
+        f"{folder.name}/{ep} aligner token log-probs",
+        _maxdiff(logprobs[:, text_rows], ref_logprobs[:, text_rows]),
+    )
+    assert w_diff <= TOLERANCE and p_diff <= TOLERANCE
 
 
 @pytest.mark.parametrize("clip", CLIPS)

@@ -70,14 +70,19 @@ def test_manifests(tiny_en_dir: Path, base_dir: Path) -> None:
     assert base.special.transcribe == 50359 and base.special.translate == 50358
     assert len(base.alignment_heads) == 8 and 220 in base.suppress_ids_begin
     for manifest in (tiny, base):
-        assert set(manifest.sha256) == {"encoder.onnx", "decoder.onnx", "tokenizer.json"}
+        assert set(manifest.sha256) == {
+            "encoder.onnx",
+            "decoder.onnx",
+            "aligner.onnx",
+            "tokenizer.json",
+        }
 
 
 @pytest.mark.parametrize("name", ["tiny.en", "base"])
 def test_graph_io_matches_contract(name: str) -> None:
     folder = REPO / "models" / name
     n_layers = Manifest.load(folder).dims.n_text_layer
-    for stage in ("encoder", "decoder"):
+    for stage in ("encoder", "decoder", "aligner"):
         model = onnx.load(folder / f"{stage}.onnx", load_external_data=False)
         contract.check_io(
             stage,
@@ -109,7 +114,7 @@ def test_contract_mismatch_is_reported() -> None:
 def test_sessions_run_on_the_provider_asked_for(tiny_en_dir: Path, ep: str) -> None:
     sessions = WhisperSessions.load(tiny_en_dir, RuntimeOptions(ep=ep, threads=2))
     expected = {"openvino": "OpenVINOExecutionProvider", "cpu": "CPUExecutionProvider"}[ep]
-    assert sessions.providers == {"encoder": expected, "decoder": expected}
+    assert sessions.providers == {"encoder": expected, "decoder": expected, "aligner": expected}
     dims = sessions.manifest.dims
     cross = sessions.encode(np.zeros((1, dims.n_mels, 3000), np.float32))
     assert cross[0].shape == (1, dims.n_heads, 1500, dims.head_dim)

@@ -10,14 +10,12 @@ import numpy as np
 import pytest
 
 from app.engine.decoding import detect_language
-from app.engine.vad import VAD_FILE, SileroVad
 from app.service.transcriber import (
     TextStream,
     Transcriber,
     TranscriptionCancelled,
     TranscriptionOptions,
 )
-from tests.conftest import MODELS_DIR
 from tests.engine.conftest import (
     EARNINGS,
     EMPTY,
@@ -80,14 +78,6 @@ def test_no_speech_clip_yields_no_text(base_tr):
         segments, info, text = run(base_tr, clip(EMPTY), options)
         assert text == "" and segments == []
         assert info.stats.windows == 1  # decoded, then skipped as no speech (not by the gate)
-
-
-@pytest.fixture(scope="module")
-def tiny_vad_tr(tiny, tiny_tok) -> Transcriber:
-    path = MODELS_DIR / VAD_FILE
-    if not path.is_file():
-        pytest.skip(f"{path} is not built: run `make test-models` (make test does it)")
-    return Transcriber(tiny, tiny_tok, vad=SileroVad.load(path))
 
 
 def test_digital_silence_is_skipped_without_decoding(tiny_vad_tr):

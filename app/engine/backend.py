@@ -1,0 +1,49 @@
+"""What the engine needs from a model's runtime: the seam between decoding and execution.
+
+`app.runtime.sessions.WhisperSessions` runs the graphs directly; the service's batching scheduler
+(`app.service.batching.BatchingSessions`) serves the same calls batched with other requests'.
+Shapes follow the I/O contract (`app.runtime.contract`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from app.runtime.contract import Manifest
+
+
+class WhisperBackend(Protocol):
+    """Encoder, decoder and aligner calls of one loaded model; safe to call from many threads."""
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+    @property
+    def devices(self) -> dict[str, str]: ...
+
+    def encode(self, features: np.ndarray) -> list[np.ndarray]:
+        """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]."""
+        ...
+
+    def decode(
+        self,
+        input_ids: np.ndarray,
+        position_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        past: list[np.ndarray],
+        cross: list[np.ndarray],
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One decoder call -> logits f32 [B, T, V] and the new self K/V [B, H, T, Dh]."""
+        ...
+
+    def align(
+        self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The aligner -> alignment weights f32 [B, A, T, 1500], token log-probs f32 [B, T]."""
+        ...
+
+    def empty_past(self, batch: int = 1) -> list[np.ndarray]:
+        """Zero-length self K/V [batch, H, 0, Dh]."""
+        ...

@@ -1,0 +1,300 @@
+"""Word timing from the alignment heads' cross-attention (the method of openai/whisper's
+`timing.py`, written here from its description).
+
+Some cross-attention heads of Whisper's decoder follow the audio: while a token is read, they
+look at the frames where it was spoken (the manifest lists them per model). For one window:
+
+1. The aligner (`aligner.onnx`) reads [sot sequence, <|notimestamps|>, text tokens,
+   <|endoftext|>] over the window's cross K/V and gives those heads' softmax weights
+   [A, T, 1500] and each text token's log-probability.
+2. Crop the weights to the frames that hold audio (a short last window has fewer) and
+   renormalise; standardise each head over the tokens (per frame: mean 0, deviation 1); median
+   filter along time (width 7); average the heads -> a tokens x frames matrix.
+3. Dynamic time warping on its negation: the monotonic path from (first token, first frame) to
+   (last token, last frame) that collects the most attention. A token starts at the frame where
+   the path enters its row (20 ms per frame).
+4. Split the text tokens into words (the tokenizer's rule); a word starts where its first token
+   starts and ends where the next word starts; its probability is the mean of its tokens'.
+5. Clean up as openai/whisper does: a word longer than twice the median word (median capped at
+   0.7 s) at a sentence end is clamped; punctuation joins its neighbour word; per segment, an
+   over-long first word after a pause is shortened, and a first or last word reaching more than
+   0.5 s past its segment's timestamp is pulled back to it. Segment bounds then follow the words.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from app.runtime.contract import TIME_PRECISION
+
+if TYPE_CHECKING:
+    from app.engine.backend import WhisperBackend
+    from app.engine.tokenizer import Tokenizer
+
+MEDIAN_FILTER_WIDTH = 7
+PREPEND_PUNCTUATION = "\"'“¿([{-"
+APPEND_PUNCTUATION = "\"'.。,，!！?？:：”)]}、"
+SENTENCE_END = ".。!！?？"
+MAX_MEDIAN_WORD_S = 0.7
+
+
+@dataclass
+class WordTiming:
+    """One word of a window: seconds from the window's start."""
+
+    word: str
+    tokens: list[int]
+    start: float
+    end: float
+    probability: float
+
+
+@dataclass
+class SegmentWords:
+    """The input and output of `assign_words` for one segment (seconds, absolute)."""
+
+    start: float
+    end: float
+    text_tokens: list[int]
+    words: list[WordTiming] = field(default_factory=list)
+
+
+def median_filter(x: np.ndarray, width: int = MEDIAN_FILTER_WIDTH) -> np.ndarray:
+    """Median over a sliding window of odd `width` along the last axis; edges mirrored
+    (d c b | a b c d), so the output has x's shape."""
+    pad = width // 2
+    if x.shape[-1] <= pad:
+        return x
+    padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1)
+    return np.partition(windows, pad, axis=-1)[..., pad]
+
+
+def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cheapest monotonic path through cost [N, M] from (0, 0) to (N-1, M-1), moving right,
+    down or diagonally; returns its row and column indices.
+
+    Rows are filled one at a time, each in closed form: with a_j the cheaper of the cells above
+    and above-left, c_j = x_j + min(a_j, c_{j-1}) unrolls to c_j = S_j + min_{k<=j}(a_k - S_{k-1})
+    (S the row's prefix sums), a running minimum numpy computes without a Python loop.
+    """
+    n, m = cost.shape
+    total = np.full((n + 1, m + 1), np.inf)
+    total[0, 0] = 0.0
+    came_left = np.zeros((n + 1, m + 1), bool)
+    came_diagonal = np.zeros((n + 1, m + 1), bool)
+    for i in range(1, n + 1):
+        above = total[i - 1]
+        diagonal, up = above[:-1], above[1:]  # for columns 1..m
+        best_above = np.minimum(diagonal, up)
+        prefix = np.concatenate(([0.0], np.cumsum(cost[i - 1], dtype=np.float64)))
+        with np.errstate(invalid="ignore"):
+            row = prefix[1:] + np.minimum.accumulate(best_above - prefix[:-1])
+        total[i, 1:] = row
+        left = np.concatenate(([np.inf], row[:-1]))
+        came_left[i, 1:] = left < best_above
+        came_diagonal[i, 1:] = diagonal <= up
+    rows: list[int] = []
+    cols: list[int] = []
+    i, j = n, m
+    while i > 0 or j > 0:
+        rows.append(i - 1)
+        cols.append(j - 1)
+        if i == 0 or (j > 0 and came_left[i, j]):
+            j -= 1
+        elif j == 0 or not came_diagonal[i, j]:
+            i -= 1
+        else:
+            i, j = i - 1, j - 1
+    return np.array(rows[::-1]), np.array(cols[::-1])
+
+
+def token_start_frames(matrix: np.ndarray) -> np.ndarray:
+    """Start frame of each row of a tokens x frames attention matrix [N, M], by DTW."""
+    rows, cols = dtw(-matrix.astype(np.float64))
+    enters = np.diff(rows, prepend=-1).astype(bool)  # the path's first cell in each row
+    return cols[enters]
+
+
+def attention_matrix(weights: np.ndarray, n_frames: int) -> np.ndarray:
+    """alignment weights [A, T, 1500] -> the averaged, standardised, filtered [T, n_frames]."""
+    cropped = weights[:, :, :n_frames].astype(np.float32)
+    cropped = cropped / np.maximum(cropped.sum(axis=-1, keepdims=True), 1e-12)
+    mean = cropped.mean(axis=-2, keepdims=True)
+    std = cropped.std(axis=-2, keepdims=True)
+    standard = (cropped - mean) / np.maximum(std, 1e-12)
+    return median_filter(standard).mean(axis=0)
+
+
+def align_words(
+    backend: WhisperBackend,
+    cross: list[np.ndarray],
+    tokenizer: Tokenizer,
+    sot_sequence: Sequence[int],
+    language: str | None,
+    text_tokens: Sequence[int],
+    n_frames: int,
+    pad_to: int | None = None,
+) -> list[WordTiming]:
+    """Words of one window's text tokens (seconds from the window's start).
+
+    cross: the window's cross K/V, each [1, H, 1500, Dh]; n_frames: encoder frames holding
+    audio; pad_to: run the aligner on rows of this fixed length (static-shape devices).
+    """
+    if not text_tokens:
+        return []
+    eot = tokenizer.eot
+    prefix = [*sot_sequence, tokenizer.no_timestamps]
+    ids = [*prefix, *text_tokens, eot]
+    n = len(ids)
+    width = max(n, pad_to or 0)
+    input_ids = np.full((1, width), eot, np.int64)
+    input_ids[0, :n] = ids
+    # the next token where it is a text token, else any valid index (its log-prob is not read)
+    target_ids = np.zeros((1, width), np.int64)
+    target_ids[0, : n - 1] = [t if t < eot else 0 for t in ids[1:]]
+    weights, logprobs = backend.align(input_ids, target_ids, cross)
+    return words_of_window(
+        tokenizer, language, text_tokens, weights[0, :, :n], logprobs[0, :n], n_frames, len(prefix)
+    )
+
+
+def words_of_window(
+    tokenizer: Tokenizer,
+    language: str | None,
+    text_tokens: Sequence[int],
+    weights: np.ndarray,
+    logprobs: np.ndarray,
+    n_frames: int,
+    n_prefix: int,
+) -> list[WordTiming]:
+    """Words of one window (seconds from its start) from the aligner's outputs.
+
+    weights [A, T, 1500] and logprobs [T] over the aligner's input row: `n_prefix` tokens (sot
+    sequence and <|notimestamps|>), then the text tokens, then <|endoftext|>; n_frames: encoder
+    frames holding audio (mel frames / 2).
+    """
+    if not text_tokens:
+        return []
+    matrix = attention_matrix(weights, max(n_frames, 1))
+    # rows from <|notimestamps|> (it predicts the first text token) to the last text token
+    rows = matrix[n_prefix - 1 : n_prefix + len(text_tokens)]
+    starts = token_start_frames(rows) * TIME_PRECISION  # [len(text_tokens) + 1]
+    probs = np.exp(logprobs[n_prefix - 1 : n_prefix - 1 + len(text_tokens)].astype(np.float64))
+    words, word_tokens = tokenizer.split_words(list(text_tokens), language)
+    bounds = np.cumsum([0] + [len(t) for t in word_tokens])
+    timings = [
+        WordTiming(
+            word=word,
+            tokens=tokens,
+            start=float(starts[lo]),
+            end=float(starts[hi]),
+            probability=float(probs[lo:hi].mean()),
+        )
+        for word, tokens, lo, hi in zip(words, word_tokens, bounds[:-1], bounds[1:], strict=True)
+    ]
+    _clamp_sentence_ends(timings)
+    _merge_punctuation(timings)
+    return [t for t in timings if t.word]
+
+
+def median_word_s(words: Sequence[WordTiming]) -> float:
+    durations = [w.end - w.start for w in words if w.end > w.start]
+    return min(MAX_MEDIAN_WORD_S, float(np.median(durations))) if durations else 0.0
+
+
+def _clamp_sentence_ends(words: list[WordTiming]) -> None:
+    """A word longer than twice the median at a sentence end ran into the following pause."""
+    longest = 2 * median_word_s(words)
+    if longest == 0:
+        return
+    for previous, word in itertools.pairwise(words):
+        if word.end - word.start > longest:
+            if word.word in SENTENCE_END:
+                word.end = word.start + longest
+            elif previous.word in SENTENCE_END:
+                word.start = word.end - longest
+
+
+def _merge_punctuation(words: list[WordTiming]) -> None:
+    """Opening punctuation joins the word after it, closing punctuation the word before; the
+    emptied entries keep an empty `word`."""
+    following = len(words) - 1
+    for i in range(len(words) - 2, -1, -1):
+        word = words[i]
+        if word.word.startswith(" ") and word.word.strip() in PREPEND_PUNCTUATION:
+            nxt = words[following]
+            nxt.word, nxt.tokens = word.word + nxt.word, word.tokens + nxt.tokens
+            word.word, word.tokens = "", []
+        else:
+            following = i
+    previous = 0
+    for i in range(1, len(words)):
+        word, before = words[i], words[previous]
+        if not before.word.endswith(" ") and word.word in APPEND_PUNCTUATION:
+            before.word, before.tokens = before.word + word.word, before.tokens + word.tokens
+            word.word, word.tokens = "", []
+        else:
+            previous = i
+
+
+def assign_words(
+    words: list[WordTiming],
+    segments: list[SegmentWords],
+    time_offset: float,
+    last_speech: float,
+) -> float:
+    """Hand a window's words (window-relative) to its segments (absolute seconds), in order,
+    adjusting segment bounds to them; returns the end of the last speech for the next window.
+    No word starts before `last_speech`: a window that starts at its predecessor's last
+    timestamp may align its first word a few frames before the previous word's end."""
+    median = median_word_s(words)
+    longest = 2 * median
+    queue = iter(words)
+    pending = next(queue, None)
+    for segment in segments:
+        taken = 0
+        while pending is not None and taken < len(segment.text_tokens):
+            start = max(round(time_offset + pending.start, 2), last_speech)
+            end = max(round(time_offset + pending.end, 2), start)
+            segment.words.append(
+                WordTiming(pending.word, pending.tokens, start, end, pending.probability)
+            )
+            taken += len(pending.tokens)
+            pending = next(queue, None)
+        if segment.words:
+            _fit_segment(segment, median, longest, last_speech)
+            last_speech = segment.end
+    return last_speech
+
+
+def _fit_segment(segment: SegmentWords, median: float, longest: float, last_speech: float) -> None:
+    words = segment.words
+    first = words[0]
+    after_pause = first.end - last_speech > 4 * median
+    too_long = first.end - first.start > longest or (
+        len(words) > 1 and words[1].end - first.start > 2 * longest
+    )
+    if after_pause and too_long:
+        if len(words) > 1 and words[1].end - words[1].start > longest:
+            boundary = max(words[1].end / 2, words[1].end - longest)
+            first.end = words[1].start = boundary
+        first.start = max(0.0, first.end - longest)
+    if segment.start < first.end and segment.start - 0.5 > first.start:
+        first.start = max(0.0, min(first.end - median, segment.start))
+    else:
+        segment.start = first.start
+    last = words[-1]
+    if segment.end > last.start and segment.end + 0.5 < last.end:
+        last.end = max(last.start + median, segment.end)
+    else:
+        segment.end = last.end
+    # the segment holds its words (openai/whisper leaves a pulled-back word up to a median
+    # word's length outside it)
+    segment.start = min(segment.start, first.start)
+    segment.end = max(segment.end, last.end)
