@@ -8,7 +8,8 @@ from typing import Annotated
 
 from fastapi import File, Form, UploadFile
 
-from app.api.schemas import ResponseFormat
+from app.api.errors import APIError
+from app.api.schemas import Include, ResponseFormat, TimestampGranularity
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,38 @@ class AudioForm:
     vad_filter: bool | None = None
     no_speech_threshold: float | None = None
     repetition_guard: bool | None = None
+    timestamp_granularities: tuple[TimestampGranularity, ...] = ()
+    include: tuple[Include, ...] = ()
+    hotwords: str | None = None
+
+    @property
+    def word_timestamps(self) -> bool:
+        """Words are aligned for `word` granularity and for token log-probs."""
+        return "word" in self.timestamp_granularities or "logprobs" in self.include
+
+    def check(self) -> None:
+        """OpenAI's rules between fields (a 400 naming the field)."""
+        if self.timestamp_granularities and self.response_format != "verbose_json":
+            raise APIError(
+                400,
+                "response_format must be set to verbose_json to use timestamp granularities",
+                param="timestamp_granularities[]",
+                code="invalid_value",
+            )
+        if self.include and self.response_format != "json":
+            raise APIError(
+                400,
+                "include[]=logprobs is only supported with response_format json",
+                param="include[]",
+                code="invalid_value",
+            )
+        if self.include and self.stream:
+            raise APIError(
+                400,
+                "include[]=logprobs is not supported with stream=true",
+                param="include[]",
+                code="invalid_value",
+            )
 
 
 async def audio_form(
@@ -59,8 +92,26 @@ async def audio_form(
         bool | None,
         Form(description="Extra: end a decode stuck in a loop (default STT_REPETITION_GUARD)"),
     ] = None,
+    timestamp_granularities: Annotated[
+        list[TimestampGranularity] | None,
+        Form(
+            alias="timestamp_granularities[]",
+            description="segment and/or word (verbose_json only); word adds `words`",
+        ),
+    ] = None,
+    include: Annotated[
+        list[Include] | None,
+        Form(alias="include[]", description="logprobs: each token's log-prob (json only)"),
+    ] = None,
+    hotwords: Annotated[
+        str | None,
+        Form(
+            max_length=1000,
+            description="Extra: names and terms that bias every window's spelling",
+        ),
+    ] = None,
 ) -> AudioForm:
-    return AudioForm(
+    form = AudioForm(
         file=file,
         model=model,
         prompt=prompt,
@@ -71,4 +122,9 @@ async def audio_form(
         vad_filter=vad_filter,
         no_speech_threshold=no_speech_threshold,
         repetition_guard=repetition_guard,
+        timestamp_granularities=tuple(dict.fromkeys(timestamp_granularities or ())),
+        include=tuple(dict.fromkeys(include or ())),
+        hotwords=hotwords or None,
     )
+    form.check()
+    return form

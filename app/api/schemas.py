@@ -2,20 +2,78 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from app.service.registry import ModelInfo, TranscriptionResult
+from app.service.results import Word
 
 ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
 TimestampGranularity = Literal["segment", "word"]
+Include = Literal["logprobs"]
+
+
+class UsageJSON(BaseModel):
+    """Billing-style usage as OpenAI reports it for audio models: whole seconds of audio."""
+
+    type: Literal["duration"] = "duration"
+    seconds: int
+
+    @classmethod
+    def of(cls, result: TranscriptionResult) -> UsageJSON:
+        return cls(seconds=math.ceil(round(result.duration_s, 3)))
+
+
+class LogprobJSON(BaseModel):
+    """One token of `include[]=logprobs`: its text, log-prob and UTF-8 bytes."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
 
 
 class TranscriptionJSON(BaseModel):
     """`response_format=json`."""
 
     text: str
+    logprobs: list[LogprobJSON] | None = None
+    usage: UsageJSON | None = None
+
+    @classmethod
+    def from_result(
+        cls, result: TranscriptionResult, token_bytes: Callable[[int], bytes] | None = None
+    ) -> TranscriptionJSON:
+        """token_bytes: set for `include[]=logprobs` (the words must have been aligned)."""
+        logprobs = None
+        if token_bytes is not None:
+            logprobs = [
+                LogprobJSON(
+                    token=token_bytes(t).decode("utf-8", errors="replace"),
+                    logprob=p,
+                    bytes=list(token_bytes(t)),
+                )
+                for s in result.segments
+                for w in s.words or ()
+                for t, p in zip(w.tokens, w.logprobs, strict=True)
+            ]
+        return cls(text=result.text, logprobs=logprobs, usage=UsageJSON.of(result))
+
+
+class WordJSON(BaseModel):
+    """One word of `timestamp_granularities[]=word`; `probability` is an extension."""
+
+    word: str
+    start: float
+    end: float
+    probability: float
+
+    @classmethod
+    def of(cls, word: Word) -> WordJSON:
+        return cls(word=word.word.strip(), start=word.start, end=word.end,
+                   probability=word.probability)  # fmt: skip
 
 
 class TranscriptionSegmentJSON(BaseModel):
@@ -29,6 +87,7 @@ class TranscriptionSegmentJSON(BaseModel):
     avg_logprob: float
     compression_ratio: float
     no_speech_prob: float
+    words: list[WordJSON] | None = None  # extension: this segment's words
 
 
 class TranscriptionVerboseJSON(BaseModel):
@@ -38,16 +97,31 @@ class TranscriptionVerboseJSON(BaseModel):
     language: str  # English name, e.g. "english", as OpenAI reports it
     duration: float  # seconds of audio
     text: str
-    segments: list[TranscriptionSegmentJSON]
+    segments: list[TranscriptionSegmentJSON] | None = None
+    words: list[WordJSON] | None = None
+    usage: UsageJSON
 
     @classmethod
-    def from_result(cls, result: TranscriptionResult) -> TranscriptionVerboseJSON:
+    def from_result(
+        cls,
+        result: TranscriptionResult,
+        granularities: Sequence[str] = ("segment",),
+    ) -> TranscriptionVerboseJSON:
+        """Segments unless only `word` was asked for (as OpenAI); words when asked for."""
+        with_words = "word" in granularities
+        with_segments = "segment" in granularities or not with_words
         return cls(
             task=result.task,
             language=result.language_name,
             duration=round(result.duration_s, 3),
             text=result.text,
-            segments=[
+            words=[WordJSON.of(w) for s in result.segments for w in s.words or ()]
+            if with_words
+            else None,
+            usage=UsageJSON.of(result),
+            segments=None
+            if not with_segments
+            else [
                 TranscriptionSegmentJSON(
                     id=s.id,
                     seek=s.seek,
@@ -59,6 +133,7 @@ class TranscriptionVerboseJSON(BaseModel):
                     avg_logprob=s.avg_logprob,
                     compression_ratio=s.compression_ratio,
                     no_speech_prob=s.no_speech_prob,
+                    words=[WordJSON.of(w) for w in s.words] if with_words and s.words else None,
                 )
                 for s in result.segments
             ],

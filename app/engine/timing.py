@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,7 +51,8 @@ class WordTiming:
     tokens: list[int]
     start: float
     end: float
-    probability: float
+    probability: float  # the mean of its tokens' probabilities
+    logprobs: list[float] = field(default_factory=list)  # each token's
 
 
 @dataclass
@@ -185,7 +186,8 @@ def words_of_window(
     # rows from <|notimestamps|> (it predicts the first text token) to the last text token
     rows = matrix[n_prefix - 1 : n_prefix + len(text_tokens)]
     starts = token_start_frames(rows) * TIME_PRECISION  # [len(text_tokens) + 1]
-    probs = np.exp(logprobs[n_prefix - 1 : n_prefix - 1 + len(text_tokens)].astype(np.float64))
+    token_logprobs = logprobs[n_prefix - 1 : n_prefix - 1 + len(text_tokens)].astype(np.float64)
+    probs = np.exp(token_logprobs)
     words, word_tokens = tokenizer.split_words(list(text_tokens), language)
     bounds = np.cumsum([0] + [len(t) for t in word_tokens])
     timings = [
@@ -195,6 +197,7 @@ def words_of_window(
             start=float(starts[lo]),
             end=float(starts[hi]),
             probability=float(probs[lo:hi].mean()),
+            logprobs=token_logprobs[lo:hi].tolist(),
         )
         for word, tokens, lo, hi in zip(words, word_tokens, bounds[:-1], bounds[1:], strict=True)
     ]
@@ -230,6 +233,7 @@ def _merge_punctuation(words: list[WordTiming]) -> None:
         if word.word.startswith(" ") and word.word.strip() in PREPEND_PUNCTUATION:
             nxt = words[following]
             nxt.word, nxt.tokens = word.word + nxt.word, word.tokens + nxt.tokens
+            nxt.logprobs = word.logprobs + nxt.logprobs
             word.word, word.tokens = "", []
         else:
             following = i
@@ -238,6 +242,7 @@ def _merge_punctuation(words: list[WordTiming]) -> None:
         word, before = words[i], words[previous]
         if not before.word.endswith(" ") and word.word in APPEND_PUNCTUATION:
             before.word, before.tokens = before.word + word.word, before.tokens + word.tokens
+            before.logprobs = before.logprobs + word.logprobs
             word.word, word.tokens = "", []
         else:
             previous = i
@@ -262,9 +267,7 @@ def assign_words(
         while pending is not None and taken < len(segment.text_tokens):
             start = max(round(time_offset + pending.start, 2), last_speech)
             end = max(round(time_offset + pending.end, 2), start)
-            segment.words.append(
-                WordTiming(pending.word, pending.tokens, start, end, pending.probability)
-            )
+            segment.words.append(replace(pending, start=start, end=end))
             taken += len(pending.tokens)
             pending = next(queue, None)
         if segment.words:

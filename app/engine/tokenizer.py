@@ -35,6 +35,19 @@ _SPECIAL_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+def _byte_of_char() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2): printable bytes stand for themselves, the others for
+    the characters from U+0100 on, in byte order; this is the reverse map."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = {b: chr(b) for b in printable}
+    others = [b for b in range(256) if b not in chars]
+    chars.update({b: chr(0x100 + i) for i, b in enumerate(others)})
+    return {c: b for b, c in chars.items()}
+
+
+_BYTE_OF_CHAR = _byte_of_char()
+
+
 class Tokenizer:
     """Text <-> token ids for one Whisper model; immutable and safe to share between threads."""
 
@@ -226,6 +239,13 @@ class Tokenizer:
         if run:
             parts.append(self._tok.decode(run, skip_special_tokens=False))
         return "".join(parts)
+
+    def token_bytes(self, token: int) -> bytes:
+        """The UTF-8 bytes a text token stands for (a token may hold part of a character)."""
+        piece = self._tok.id_to_token(token)
+        if piece is None or token >= self.eot:
+            raise ValueError(f"token {token} is not a text token")
+        return bytes(_BYTE_OF_CHAR[c] for c in piece)
 
     def split_words(
         self, tokens: Sequence[int], language: str | None = None

@@ -104,6 +104,8 @@ class TranscriptionJob:
     vad_filter: bool | None = None
     no_speech_threshold: float | None = None
     repetition_guard: bool | None = None
+    word_timestamps: bool = False  # words (and token log-probs) on each segment
+    hotwords: str | None = None  # terms that bias every window's prompt
     max_audio_s: float | None = None  # longer uploads raise AudioTooLongError
 
 
@@ -225,6 +227,10 @@ class LoadedModel:
             changes["no_speech_threshold"] = job.no_speech_threshold
         if job.repetition_guard is not None:
             changes["repetition_guard"] = job.repetition_guard
+        if job.word_timestamps:
+            changes["word_timestamps"] = True
+        if job.hotwords and job.hotwords.strip():
+            changes["hotwords"] = job.hotwords.strip()
         try:
             return replace(self.base_options, **changes)
         except ValueError as e:  # the options dataclass validates itself

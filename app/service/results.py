@@ -14,12 +14,15 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Word:
-    """One word with its time span (seconds) and probability."""
+    """One word with its time span (seconds) and probability (the mean of its tokens'); its
+    tokens and their log-probs (OpenAI's `include[]=logprobs`)."""
 
     start: float
     end: float
     word: str
     probability: float
+    tokens: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+PROMPT_TOKENS = 223  # the previous text a window is prompted with: n_text_ctx // 2 - 1
+MAX_HOTWORD_TOKENS = PROMPT_TOKENS // 2  # the rest stays for the previous text
+
 INPUT_STRIDE = N_FRAMES // 1500  # mel frames per timestamp step (2)
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -96,6 +99,8 @@ class TranscriptionOptions:
     Transcriber built with a VAD model.
     word_timestamps: each segment gets its words with start/end and probability
     (`app.engine.timing`); segment bounds follow the words.
+    hotwords: terms put at the head of every window's prompt, to bias the spelling of names
+    and jargon (faster-whisper's option); at most MAX_HOTWORD_TOKENS tokens are kept.
     """
 
     language: str | None = None
@@ -123,6 +128,7 @@ class TranscriptionOptions:
     seed: int | None = 0
     repetition_guard: bool = True
     word_timestamps: bool = False
+    hotwords: str | None = None
 
     def __post_init__(self) -> None:
         temps = self.temperature
@@ -395,6 +401,9 @@ class Transcriber:
                 all_tokens.extend(tok.encode(" " + options.initial_prompt.strip()))
             else:
                 all_tokens.extend(options.initial_prompt)
+        hotwords = (
+            tok.encode(" " + options.hotwords)[:MAX_HOTWORD_TOKENS] if options.hotwords else []
+        )
         seek = 0
         segment_id = 0
         last_speech = 0.0  # end of the last word, for word timing
@@ -420,7 +429,7 @@ class Transcriber:
             else:
                 cross = self._encode(mel, seek, content_frames, stats)
 
-            prompt = all_tokens[prompt_reset_since:]
+            prompt = hotwords + all_tokens[prompt_reset_since:][-(PROMPT_TOKENS - len(hotwords)) :]
             window = (
                 _WindowStream(stream, not options.without_timestamps, start=len(stream.sent))
                 if stream is not None
@@ -639,7 +648,7 @@ def _restore_times(
         words = segment.words
         if words is not None:
             words = tuple(
-                replace(w, start=round(s, 2), end=round(e, 2))
+                replace(w, start=round(s, 3), end=round(e, 3))  # rounded as the segment
                 for w in words
                 for s, e in [span(w.start, w.end)]
             )

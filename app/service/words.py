@@ -51,7 +51,14 @@ def add_words(
             start=round(holder.start, 2),  # as its words' (rounding keeps them inside)
             end=round(holder.end, 2),
             words=tuple(
-                Word(round(w.start, 2), round(w.end, 2), w.word, round(w.probability, 4))
+                Word(
+                    round(w.start, 2),
+                    round(w.end, 2),
+                    w.word,
+                    round(w.probability, 4),
+                    tuple(w.tokens),
+                    tuple(round(p, 6) for p in w.logprobs),
+                )
                 for w in holder.words
             ),
         )

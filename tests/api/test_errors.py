@@ -79,6 +79,7 @@ def test_bad_response_format_is_400(http: httpx.Client) -> None:
         ("language", "de", "language"),  # tiny.en is English-only
         ("timestamp_granularities[]", "word", "timestamp_granularities[]"),
         ("timestamp_granularities[]", "sentence", "timestamp_granularities[]"),
+        ("include[]", "tokens", "include[]"),
         ("stream", "perhaps", "stream"),
     ],
 )
@@ -111,7 +112,7 @@ def test_health_and_metrics(http: httpx.Client) -> None:
     assert health["default_model"] == "tiny.en"
     assert [m["name"] for m in health["models"]] == ["tiny.en"]
     devices = health["models"][0]["devices"]
-    assert set(devices) == {"encoder", "decoder"} and all(devices.values())
+    assert set(devices) == {"encoder", "decoder", "aligner"} and all(devices.values())
     text = http.get("/metrics").text
     for name in (
         "stt_http_requests_total",

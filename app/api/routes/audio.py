@@ -32,10 +32,8 @@ from app.api.schemas import (
     ERROR_RESPONSES,
     ErrorEvent,
     ErrorObject,
-    ResponseFormat,
     TextDeltaEvent,
     TextDoneEvent,
-    TimestampGranularity,
     TranscriptionJSON,
     TranscriptionVerboseJSON,
 )
@@ -86,18 +84,8 @@ async def create_transcription(
     settings: Annotated[Settings, Depends(get_settings)],
     metrics: Annotated[Metrics, Depends(get_metrics)],
     language: Annotated[str | None, Form(description="ISO-639-1 code; default: detect")] = None,
-    timestamp_granularities: Annotated[
-        list[TimestampGranularity] | None, Form(alias="timestamp_granularities[]")
-    ] = None,
 ) -> Response:
     """Transcribe audio into the input language."""
-    if timestamp_granularities and "word" in timestamp_granularities:
-        raise APIError(
-            400,
-            "Word-level timestamps are not supported by this server; use 'segment'",
-            param="timestamp_granularities[]",
-            code="unsupported_value",
-        )
     return await _handle(
         request, form, registry, pool, settings, metrics, task="transcribe", language=language
     )
@@ -148,6 +136,8 @@ async def _handle(
         vad_filter=form.vad_filter,
         no_speech_threshold=form.no_speech_threshold,
         repetition_guard=form.repetition_guard,
+        word_timestamps=form.word_timestamps,
+        hotwords=form.hotwords,
         max_audio_s=settings.max_audio_s,
     )
     loaded.options_for(job)  # validate parameters now: a 400 rather than a failed job
@@ -172,7 +162,7 @@ async def _handle(
         metrics.observe_failure(loaded.name, task, _outcome(e))
         raise
     metrics.observe_result(loaded.name, result, started[0] if started else 0.0, clock())
-    return _format(result, form.response_format)
+    return _format(result, form, loaded)
 
 
 def _outcome(error: Exception) -> str:
@@ -222,12 +212,16 @@ async def _wait_for_disconnect(request: Request) -> None:
             return
 
 
-def _format(result: TranscriptionResult, response_format: ResponseFormat) -> Response:
-    match response_format:
+def _format(result: TranscriptionResult, form: AudioForm, loaded: LoadedModel) -> Response:
+    match form.response_format:
         case "json":
-            return JSONResponse(TranscriptionJSON(text=result.text).model_dump())
+            token_bytes = loaded.tokenizer.token_bytes if "logprobs" in form.include else None
+            body = TranscriptionJSON.from_result(result, token_bytes)
+            return JSONResponse(body.model_dump(exclude_none=True))
         case "verbose_json":
-            return JSONResponse(TranscriptionVerboseJSON.from_result(result).model_dump())
+            granularities = form.timestamp_granularities or ("segment",)
+            body = TranscriptionVerboseJSON.from_result(result, granularities)
+            return JSONResponse(body.model_dump(exclude_none=True))
         case "text":
             return PlainTextResponse(result.text + "\n")
         case "srt":
