@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="transcribe only the speech Silero VAD finds (models-dir/silero_vad.onnx; default on)",
     )
+    t.add_argument(
+        "--word-timestamps",
+        action="store_true",
+        help="time every word (json and verbose_json print them)",
+    )
     t.add_argument("--kv-cache", choices=CACHE_MODES, default="concat")
     t.add_argument("--ep", choices=EXECUTION_PROVIDERS, default="openvino")
     t.add_argument("--device", default="AUTO", help=f"OpenVINO device: {', '.join(DEVICES)}")
@@ -102,6 +107,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
         without_timestamps=args.without_timestamps,
         vad_filter=args.vad_filter,
         kv_cache=args.kv_cache,
+        word_timestamps=args.word_timestamps,
         **changes,  # type: ignore[arg-type]
     )
     vad = SileroVad.load(args.models_dir / VAD_FILE) if args.vad_filter else None
@@ -153,6 +159,8 @@ def transcribe_command(args: argparse.Namespace) -> int:
             file=err,
         )
         print(f"search        {s.search_s * 1000:9.1f} ms  (filters, selection)", file=err)
+        if s.align_s:
+            print(f"word timing   {s.align_s * 1000:9.1f} ms  (aligner, DTW)", file=err)
         print(f"attempts      {s.attempts:9d}     ({s.fallbacks} temperature fallbacks)", file=err)
         print(f"K/V cache     {s.cache_nbytes / 1e6:9.1f} MB  (peak, cross + self)", file=err)
         print(f"total         {s.total_s * 1000:9.1f} ms  RTF {s.rtf:.3f}", file=err)

@@ -3,7 +3,8 @@
 Reads JSON lines on stdin, answers one JSON line per request on stdout:
   {"op": "load", "model_dir", "ep", "precision", "threads", "kv_cache"} -> {"load_s", "rss_mb"}
   {"op": "transcribe", "path", "beam_size", "language"?, "kv_cache"?, "temperature"?,
-   "vad_filter"?, "no_speech_threshold"?, "repetition_guard"?, "seed"?}
+   "vad_filter"?, "no_speech_threshold"?, "repetition_guard"?, "seed"?,
+   "word_timestamps"?}
       -> {"text", "total_s", "audio_decode_s", "stats": TranscriptionStats.as_dict(), ...}
   {"op": "rss"} -> {"rss_mb", "peak_rss_mb"};  {"op": "quit"}
 End-to-end time = decode the file + transcribe + consume every segment, as `python -m app
@@ -58,6 +59,7 @@ class Engine:
         no_speech_threshold: float | None = 0.6,
         repetition_guard: bool = True,
         seed: int | None = 0,
+        word_timestamps: bool = False,
     ) -> dict:
         assert self.transcriber is not None
         extra = {} if temperature is None else {"temperature": (temperature,)}
@@ -69,6 +71,7 @@ class Engine:
             no_speech_threshold=no_speech_threshold,
             repetition_guard=repetition_guard,
             seed=seed,
+            word_timestamps=word_timestamps,
             **extra,
         )
         t0 = time.perf_counter()
@@ -85,6 +88,7 @@ class Engine:
             "segments": len(segments),
             "tokens": sum(len(s.tokens) for s in segments),
             "stats": info.stats.as_dict(),
+            "words": [[w.word, w.start, w.end] for s in segments for w in (s.words or ())],
         }
 
 

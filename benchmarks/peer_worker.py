@@ -4,7 +4,8 @@
 
 Reads JSON lines on stdin, answers one JSON line per request on stdout:
   {"op": "load", "model_dir", "compute_type", "threads"} -> {"load_s", "rss_mb"}
-  {"op": "transcribe", "path", "beam_size", "language"?, "temperature"?, "vad_filter"?, "seed"?}
+  {"op": "transcribe", "path", "beam_size", "language"?, "temperature"?, "vad_filter"?, "seed"?,
+   "word_timestamps"?}
       -> {"text", "total_s", "tokens", ...}
   {"op": "stages", "path"} -> decode audio, log-mel and one 30 s encoder window, timed apart
   {"op": "rss"};  {"op": "quit"}
@@ -43,6 +44,7 @@ class Peer:
         temperature: float | None = None,
         vad_filter: bool = False,
         seed: int | None = None,
+        word_timestamps: bool = False,
         **_: object,
     ) -> dict:
         if seed is not None:
@@ -51,6 +53,7 @@ class Peer:
             ctranslate2.set_random_seed(seed)  # the fallback's sampling
         extra = {} if temperature is None else {"temperature": temperature}
         extra["vad_filter"] = vad_filter
+        extra["word_timestamps"] = word_timestamps
         t0 = time.perf_counter()
         segments, info = self.model.transcribe(
             path, language=language, beam_size=beam_size, **extra
@@ -64,6 +67,7 @@ class Peer:
             "segments": len(segments),
             "tokens": sum(len(s.tokens) for s in segments),
             "temperatures": sorted({s.temperature for s in segments}),
+            "words": [[w.word, w.start, w.end] for s in segments for w in (s.words or ())],
         }
 
     def stages(self, path: str, repeats: int = 3) -> dict:

@@ -50,9 +50,27 @@ def to_vtt(segments: Iterable[Segment]) -> str:
     return "\n".join(cues)
 
 
+def words_list(segments: Iterable[Segment]) -> list[dict[str, Any]] | None:
+    """OpenAI's top-level `words` ({word, start, end}, plus probability), or None when the
+    segments were transcribed without word timestamps."""
+    segments = list(segments)
+    if not segments or any(s.words is None for s in segments):
+        return None
+    return [
+        {"word": w.word.strip(), "start": w.start, "end": w.end, "probability": w.probability}
+        for s in segments
+        for w in s.words or ()
+    ]
+
+
 def to_json(segments: Iterable[Segment]) -> str:
-    """OpenAI's `json` response: {"text": ...}."""
-    return json.dumps({"text": to_text(segments)}, ensure_ascii=False)
+    """OpenAI's `json` response: {"text": ...}, with `words` when they were timed."""
+    segments = list(segments)
+    data: dict[str, Any] = {"text": to_text(segments)}
+    words = words_list(segments)
+    if words is not None:
+        data["words"] = words
+    return json.dumps(data, ensure_ascii=False)
 
 
 def verbose_json_dict(
@@ -66,6 +84,7 @@ def verbose_json_dict(
         "duration": round(info.duration, 3),
         "text": to_text(segments),
         "segments": [s.to_dict() for s in segments],
+        **({"words": words} if (words := words_list(segments)) is not None else {}),
     }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import subprocess
 import sys
 
@@ -38,6 +40,25 @@ def test_cli_srt_with_timings():
     assert normalise(text) == normalise(REFERENCES[JFK])
     for stage in ("mel", "encoder", "decoder", "tokens/s", "RTF", "K/V cache"):
         assert stage in done.stderr
+
+
+def test_cli_json_prints_words():
+    _folder("tiny.en")
+    done = run_cli(
+        str(AUDIO / JFK),
+        "--model", "tiny.en",
+        "--models-dir", str(MODELS_DIR),
+        "--beam-size", "1",
+        "--word-timestamps",
+        "--format", "json",
+        "--verbose",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    words = result["words"]
+    assert normalise(" ".join(w["word"] for w in words)) == normalise(REFERENCES[JFK])
+    assert all(a["end"] <= b["start"] + 1e-6 for a, b in itertools.pairwise(words))
+    assert "word timing" in done.stderr
 
 
 def test_cli_reports_a_bad_file(tmp_path):
