@@ -4,6 +4,7 @@ language detection and translation, odd lengths, streaming deltas, cancellation,
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 
 import numpy as np
@@ -293,3 +294,16 @@ def _rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def test_hotwords_bias_the_prompt(tiny_tr):
+    """Whisper leaves out fillers unless its prompt has them: hotwords of fillers bring them in
+    (the earnings call says "um" and "uh" often)."""
+    audio = clip(EARNINGS)
+    plain = run(tiny_tr, audio, TranscriptionOptions(language="en", beam_size=1))[2]
+    hinted = run(
+        tiny_tr, audio, TranscriptionOptions(language="en", beam_size=1, hotwords="Um, uh, hmm.")
+    )[2]
+    fillers = re.compile(r"\b(um|uh|hmm)\b", re.IGNORECASE)
+    assert not fillers.search(plain)
+    assert fillers.search(hinted)
