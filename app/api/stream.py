@@ -3,9 +3,10 @@
 Protocol (see docs and DESIGN.md). Client -> server:
 
 - `{"type":"session.update","session":{"model","language","task","sample_rate","encoding",
-  "prompt","vad"}}` before the first audio (defaults: the default model, language detected or
-  English, 16000 Hz, `pcm_s16le`, VAD as STT_VAD_FILTER: on). `vad` is `true`/`false` or
-  `{"threshold", "silence_duration_ms", "prefix_padding_ms"}`.
+  "prompt","vad","word_timestamps"}}` before the first audio (defaults: the default model,
+  language detected or English, 16000 Hz, `pcm_s16le`, VAD as STT_VAD_FILTER: on, word times
+  estimated). `vad` is `true`/`false` or `{"threshold", "silence_duration_ms",
+  "prefix_padding_ms"}`; `word_timestamps: true` measures the deltas' `start`/`end`.
 - binary frames of raw mono PCM in the session's encoding and rate, or
   `{"type":"input_audio_buffer.append","audio":"<base64>"}`;
 - `{"type":"input_audio_buffer.commit"}`: finalize everything sent so far;
@@ -372,6 +373,7 @@ class _Connection:
             "encoding": "pcm_s16le",
             "prompt": None,
             "vad": vad is not None and settings.vad_filter,
+            "word_timestamps": False,
         }
         self.vad_options = VadOptions()
         self.preroll_s = StreamingOptions().preroll_s
@@ -390,6 +392,7 @@ class _Connection:
             prompt=self.config["prompt"],
             no_speech_threshold=self.registry.base_options.no_speech_threshold,
             kv_cache=self.registry.base_options.kv_cache,
+            word_timestamps=self.config["word_timestamps"],
         )
 
     def _update(self, patch: Any) -> None:
@@ -462,6 +465,13 @@ class _Connection:
                     "prompt must be a string", "invalid_value", param="session.prompt"
                 )
             config["prompt"] = prompt or None
+        if "word_timestamps" in patch:
+            if not isinstance(patch["word_timestamps"], bool):
+                raise StreamError(
+                    "word_timestamps must be true or false", "invalid_value",
+                    param="session.word_timestamps",
+                )  # fmt: skip
+            config["word_timestamps"] = patch["word_timestamps"]
         if "vad" in patch:
             config["vad"], vad_options, preroll_s = self._vad_setting(
                 patch["vad"], vad_options, preroll_s

@@ -31,8 +31,9 @@ How:
 - `flush()` (client commit, end of stream) finalizes everything received so far.
 - Memory: the buffer (<= 30 s), the inbox (bounded by the caller) and the committed text.
 
-Word times are spread over their segment's timestamps by character count (Whisper gives
-segment, not word, times).
+Word times: with `StreamingOptions.word_timestamps` each pass is aligned (`app.engine.timing`:
+the alignment heads' cross-attention and DTW, one aligner call per pass) and every word carries
+its measured time; otherwise they are spread over their segment's timestamps by character count.
 
 Threads: `append`/`flush` may be called from any thread; `advance` and `decode` must be called
 by one caller at a time (the API's per-connection task), on worker threads. Events are passed to
@@ -56,6 +57,7 @@ import soxr
 from app.engine.audio import AudioDecodeError, PcmEncoding, lift_quiet, pcm_to_float
 from app.engine.decoding import DecodingCancelled, DecodingOptions, DecodingResult, DecodingTask
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
+from app.engine.timing import TextClock, align_words, frame_levels
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad, VadOptions, VadStream
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE, TIME_PRECISION
@@ -91,6 +93,7 @@ class StreamingOptions:
         is kept as context for the next words until a silence this long.
     prompt: text that conditions every pass (names, spelling). condition_on_committed: also
         prompt with the last committed text (off: it feeds repetition loops).
+    word_timestamps: measure word times (an aligner call per pass) instead of estimating them.
     """
 
     language: str | None = None
@@ -106,6 +109,7 @@ class StreamingOptions:
     no_speech_threshold: float | None = 0.6
     log_prob_threshold: float = -1.0
     kv_cache: str = "concat"
+    word_timestamps: bool = False
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.step_s <= 10.0:
@@ -824,7 +828,20 @@ class StreamingSession:
             )
             return _Pass([], [], start, end, None if silent else result)
         segments = split_segments((*prefix, *result.tokens), tok.timestamp_begin, duration)
-        words = self._words(segments, start / SAMPLE_RATE)
+        clock = None
+        if self.options.word_timestamps:
+            timed = align_words(
+                sessions,
+                cross,
+                tok,
+                tok.sot_sequence(self.language, self.options.task),  # type: ignore[arg-type]
+                self.language,
+                [t for seg in segments for t in seg.tokens],
+                n_frames=min(content, N_FRAMES) // 2,
+                levels=frame_levels(mel[:, : min(content, N_FRAMES)]),
+            )
+            clock = TextClock(timed)
+        words = self._words(segments, start / SAMPLE_RATE, clock)
         log.debug(
             "pass over %.2f s in %.0f ms: prefix %d tokens, %d new, %d segments, %d words",
             duration,
@@ -836,20 +853,37 @@ class StreamingSession:
         )
         return _Pass(words, segments, start, end, result)
 
-    def _words(self, segments: list[_Segment], offset_s: float) -> list[_Word]:
-        """Words of every segment with times spread over the segment by character count."""
+    def _words(
+        self, segments: list[_Segment], offset_s: float, clock: TextClock | None = None
+    ) -> list[_Word]:
+        """Words of every segment, timed by `clock` (measured, over the segments' joined text)
+        or else spread over their segment by character count."""
+        texts = [self.tokenizer.decode(seg.tokens) for seg in segments]
+        if clock is not None and clock.text != "".join(texts):
+            log.warning("aligned words do not spell the pass's text; word times estimated")
+            clock = None
         words: list[_Word] = []
-        for index, seg in enumerate(segments):
-            units = split_units(self.tokenizer.decode(seg.tokens))
+        char = 0  # where this segment's text starts in the joined text
+        for index, (seg, text) in enumerate(zip(segments, texts, strict=True)):
+            units = split_units(text)
             total = sum(len(u.strip()) for u in units) or 1
             span = seg.end - seg.start
             done = 0
+            at = 0  # where the unit is in this segment's text
             for unit in units:
                 size = len(unit.strip())
-                start = offset_s + seg.start + span * done / total
+                at = text.index(unit, at)
+                if clock is not None:
+                    first = char + at + len(unit) - len(unit.lstrip())
+                    start, end = clock.span(first, char + at + len(unit.rstrip()) - 1)
+                    start, end = offset_s + start, offset_s + end
+                else:
+                    start = offset_s + seg.start + span * done / total
+                    end = offset_s + seg.start + span * (done + size) / total
                 done += size
-                end = offset_s + seg.start + span * done / total
+                at += len(unit)
                 words.append(_Word(unit, _key(unit), start, end, index))
+            char += len(text)
         return words
 
     def _committed_prompt(self) -> tuple[int, ...]:

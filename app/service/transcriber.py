@@ -502,6 +502,7 @@ class Transcriber:
                         time_offset=time_offset,
                         last_speech=last_speech,
                         pad_to=self.n_text_ctx if options.kv_cache == "static" else None,
+                        features=features,
                     )
             del cross
 

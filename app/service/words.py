@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 
 from app.engine.backend import WhisperBackend
-from app.engine.timing import SegmentWords, align_words, assign_words
+from app.engine.timing import SegmentWords, align_words, assign_words, frame_levels
 from app.engine.tokenizer import Tokenizer
 from app.service.results import Segment, Word
 
@@ -28,9 +28,11 @@ def add_words(
     time_offset: float,
     last_speech: float,
     pad_to: int | None = None,
+    features: np.ndarray | None = None,
 ) -> tuple[list[Segment], float]:
     """`segments` of the window at `time_offset` (s) with `window_frames` mel frames of audio,
-    each with its words; and the end of the last speech, for the next window."""
+    each with its words; and the end of the last speech, for the next window. features: the
+    window's log-mel [n_mels, frames], to start words where the sound does."""
     eot = tokenizer.eot
     holders = [SegmentWords(s.start, s.end, [t for t in s.tokens if t < eot]) for s in segments]
     text_tokens = [t for h in holders for t in h.text_tokens]
@@ -43,6 +45,7 @@ def add_words(
         text_tokens,
         n_frames=window_frames // 2,
         pad_to=pad_to,
+        levels=frame_levels(features) if features is not None else None,
     )
     last_speech = assign_words(timings, holders, time_offset, last_speech)
     out = [

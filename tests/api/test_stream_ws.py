@@ -188,6 +188,29 @@ def test_jfk_realtime_matches_rest(server: LiveServer) -> None:
     assert len(partial_texts) >= 5  # token by token, not one per pass
 
 
+def speech_at(pcm: bytes, t: float, window_s: float = 0.1, within_db: float = 20.0) -> bool:
+    """Whether the 16 kHz PCM16 audio has speech-level sound within `window_s` after `t`."""
+    audio = np.frombuffer(pcm, np.int16).astype(np.float32)
+    frames = audio[: len(audio) // 160 * 160].reshape(-1, 160)
+    level = 10 * np.log10((frames**2).mean(axis=1) + 1e-9)
+    first = int(t * 100)
+    return bool((level[first : first + int(window_s * 100) + 1] > level.max() - within_db).any())
+
+
+def test_measured_word_times(server: LiveServer) -> None:
+    """`word_timestamps: true`: each delta after the first starts where speech is (its first
+    word's measured start; jfk pauses 1 s after "Americans"). The first word of a stream starts
+    at the path's start (the alignment's known limit, as in openai/whisper)."""
+    pcm = load_pcm16(JFK_WAV)
+    run = asyncio.run(
+        stream_audio(ws_url(server), pcm, session={"word_timestamps": True}, speed=None)
+    )
+    check_stream_invariants(run)
+    deltas = run.of("transcript.text.delta")
+    assert len(deltas) >= 2
+    assert all(speech_at(pcm, d["start"]) for d in deltas[1:]), deltas
+
+
 def test_long_clip_faster_than_realtime(server: LiveServer) -> None:
     """60 s at 4x real time, sent as 48 kHz pcm_f32le in base64 events: the server resamples,
     coalesces passes and keeps up; the text is close to the REST result."""

@@ -13,7 +13,9 @@ from app.engine.timing import (
     WordTiming,
     assign_words,
     dtw,
+    frame_levels,
     median_filter,
+    start_at_speech,
     words_of_window,
 )
 from app.engine.tokenizer import Tokenizer
@@ -133,3 +135,23 @@ def test_assign_words_keeps_each_word_inside_its_segment() -> None:
     for s in segments:
         assert s.start <= s.words[0].start and s.words[-1].end <= s.end
     assert last == segments[-1].end == 15.4
+
+
+def test_a_word_starts_where_the_sound_does() -> None:
+    levels = np.full(100, -60.0)
+    levels[30:40] = -5.0  # the word's sound, 0.6-0.8 s
+    levels[60:70] = -8.0
+    words = [WordTiming(" a", [1], 0.0, 0.8, 1.0), WordTiming(" b", [2], 0.8, 1.4, 1.0)]
+    start_at_speech(words, levels)
+    assert [w.start for w in words] == [pytest.approx(0.6), pytest.approx(1.2)]
+    quiet_lead = [WordTiming(" c", [3], 0.56, 0.8, 1.0)]  # 80 ms of silence first: kept
+    start_at_speech(quiet_lead, levels)
+    assert quiet_lead[0].start == 0.56
+
+
+def test_frame_levels_follow_loudness() -> None:
+    mel = np.full((80, 200), 0.0, np.float32)  # log10 power -4 everywhere (Whisper's scaling)
+    mel[:, 100:120] = 1.0  # 40 dB louder for 0.2 s
+    levels = frame_levels(mel)
+    assert levels.shape == (100,)
+    assert levels[50:60].min() - levels[:40].max() == pytest.approx(40.0, abs=0.01)
