@@ -19,9 +19,10 @@ look at the frames where it was spoken (the manifest lists them per model). For 
    0.7 s) at a sentence end is clamped; punctuation joins its neighbour word; per segment, an
    over-long first word after a pause is shortened, and a first or last word reaching more than
    0.5 s past its segment's timestamp is pulled back to it. Segment bounds then follow the words.
-6. Ours, not openai/whisper's: a word whose span begins with 0.1 s or more of silence (frames
-   25 dB below the window's loud ones, from its log-mel) starts where the sound does. The DTW
-   gives the first word of a window frame 0, and a word after a pause the pause.
+6. Ours, not openai/whisper's: a segment's first word, when its span begins with 0.1 s or
+   more of silence (frames 25 dB below the window's loud ones, from its log-mel), starts where
+   the sound does. The DTW gives the first word of a window frame 0, and the first word after
+   a pause the pause. Words inside a segment keep openai/whisper's times.
 """
 
 from __future__ import annotations
@@ -154,23 +155,24 @@ def frame_levels(mel: np.ndarray) -> np.ndarray:
     return per_10ms[: per_10ms.shape[0] // 2 * 2].reshape(-1, 2).max(axis=1)
 
 
-def start_at_speech(words: list[WordTiming], levels: np.ndarray) -> None:
-    """A word whose span begins with silence starts where the sound does.
+def start_at_speech(words: Sequence[WordTiming], levels: np.ndarray, offset: float = 0.0) -> None:
+    """A word whose span begins with silence starts where the sound does (`levels`: the
+    window's `frame_levels`; `offset`: the window's start in the words' time).
 
-    The path of the DTW enters a row when attention moves on, which for the first word of a
-    window is frame 0 and for a word after a pause is often the end of the word before: the
-    pause is given to the word. Frames SILENCE_DB below the window's loud ones (its 95th
-    percentile) are silence; a silent lead of MIN_SILENT_LEAD_S or more is cut off.
+    The DTW's path enters a row when attention moves on, which for the first word of a window
+    is frame 0 and for the first word after a pause often the end of the word before: the pause
+    is given to the word. Frames SILENCE_DB below the window's loud ones (its 95th percentile)
+    are silence; a silent lead of MIN_SILENT_LEAD_S or more is cut off.
     """
     if levels.size == 0:
         return
     floor = float(np.percentile(levels, 95)) - SILENCE_DB
     for word in words:
-        first = round(word.start / TIME_PRECISION)
-        last = round(word.end / TIME_PRECISION)
+        first = max(round((word.start - offset) / TIME_PRECISION), 0)
+        last = round((word.end - offset) / TIME_PRECISION)
         sound = np.flatnonzero(levels[first:last] >= floor)
         if sound.size and sound[0] * TIME_PRECISION >= MIN_SILENT_LEAD_S:
-            word.start = (first + int(sound[0])) * TIME_PRECISION
+            word.start = round(offset + (first + int(sound[0])) * TIME_PRECISION, 3)
 
 
 def attention_matrix(weights: np.ndarray, n_frames: int) -> np.ndarray:
@@ -192,13 +194,11 @@ def align_words(
     text_tokens: Sequence[int],
     n_frames: int,
     pad_to: int | None = None,
-    levels: np.ndarray | None = None,
 ) -> list[WordTiming]:
     """Words of one window's text tokens (seconds from the window's start).
 
     cross: the window's cross K/V, each [1, H, 1500, Dh]; n_frames: encoder frames holding
-    audio; pad_to: run the aligner on rows of this fixed length (static-shape devices);
-    levels: `frame_levels` of the window, to start words where the sound does.
+    audio; pad_to: run the aligner on rows of this fixed length (static-shape devices).
     """
     if not text_tokens:
         return []
@@ -213,12 +213,9 @@ def align_words(
     target_ids = np.zeros((1, width), np.int64)
     target_ids[0, : n - 1] = [t if t < eot else 0 for t in ids[1:]]
     weights, logprobs = backend.align(input_ids, target_ids, cross)
-    words = words_of_window(
+    return words_of_window(
         tokenizer, language, text_tokens, weights[0, :, :n], logprobs[0, :n], n_frames, len(prefix)
     )
-    if levels is not None:
-        start_at_speech(words, levels[:n_frames])
-    return words
 
 
 def words_of_window(
@@ -309,11 +306,13 @@ def assign_words(
     segments: list[SegmentWords],
     time_offset: float,
     last_speech: float,
+    levels: np.ndarray | None = None,
 ) -> float:
     """Hand a window's words (window-relative) to its segments (absolute seconds), in order,
     adjusting segment bounds to them; returns the end of the last speech for the next window.
     No word starts before `last_speech`: a window that starts at its predecessor's last
-    timestamp may align its first word a few frames before the previous word's end."""
+    timestamp may align its first word a few frames before the previous word's end. With the
+    window's `levels`, each segment's first word starts where its sound does."""
     median = median_word_s(words)
     longest = 2 * median
     queue = iter(words)
@@ -327,6 +326,8 @@ def assign_words(
             taken += len(pending.tokens)
             pending = next(queue, None)
         if segment.words:
+            if levels is not None:
+                start_at_speech(segment.words[:1], levels, time_offset)
             _fit_segment(segment, median, longest, last_speech)
             last_speech = segment.end
     return last_speech
@@ -357,6 +358,20 @@ def _fit_segment(segment: SegmentWords, median: float, longest: float, last_spee
     # word's length outside it)
     segment.start = min(segment.start, first.start)
     segment.end = max(segment.end, last.end)
+
+
+def segment_heads(words: Sequence[WordTiming], sizes: Sequence[int]) -> list[int]:
+    """Index of each segment's first word, the segments holding `sizes` text tokens in turn."""
+    heads: list[int] = []
+    index = 0
+    for size in sizes:
+        if index < len(words) and size:
+            heads.append(index)
+        taken = 0
+        while index < len(words) and taken < size:
+            taken += len(words[index].tokens)
+            index += 1
+    return heads
 
 
 class TextClock:

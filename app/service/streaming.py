@@ -57,7 +57,13 @@ import soxr
 from app.engine.audio import AudioDecodeError, PcmEncoding, lift_quiet, pcm_to_float
 from app.engine.decoding import DecodingCancelled, DecodingOptions, DecodingResult, DecodingTask
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
-from app.engine.timing import TextClock, align_words, frame_levels
+from app.engine.timing import (
+    TextClock,
+    align_words,
+    frame_levels,
+    segment_heads,
+    start_at_speech,
+)
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad, VadOptions, VadStream
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE, TIME_PRECISION
@@ -838,7 +844,10 @@ class StreamingSession:
                 self.language,
                 [t for seg in segments for t in seg.tokens],
                 n_frames=min(content, N_FRAMES) // 2,
-                levels=frame_levels(mel[:, : min(content, N_FRAMES)]),
+            )
+            heads = segment_heads(timed, [len(seg.tokens) for seg in segments])
+            start_at_speech(
+                [timed[i] for i in heads], frame_levels(mel[:, : min(content, N_FRAMES)])
             )
             clock = TextClock(timed)
         words = self._words(segments, start / SAMPLE_RATE, clock)

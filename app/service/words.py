@@ -45,9 +45,9 @@ def add_words(
         text_tokens,
         n_frames=window_frames // 2,
         pad_to=pad_to,
-        levels=frame_levels(features) if features is not None else None,
     )
-    last_speech = assign_words(timings, holders, time_offset, last_speech)
+    levels = frame_levels(features) if features is not None else None
+    last_speech = assign_words(timings, holders, time_offset, last_speech, levels)
     out = [
         replace(
             segment,

@@ -15,6 +15,7 @@ from app.engine.timing import (
     dtw,
     frame_levels,
     median_filter,
+    segment_heads,
     start_at_speech,
     words_of_window,
 )
@@ -155,3 +156,14 @@ def test_frame_levels_follow_loudness() -> None:
     levels = frame_levels(mel)
     assert levels.shape == (100,)
     assert levels[50:60].min() - levels[:40].max() == pytest.approx(40.0, abs=0.01)
+
+
+def test_segment_heads_find_each_segments_first_word() -> None:
+    words = [
+        WordTiming(" a", [1, 2], 0, 1, 1.0),
+        WordTiming(" b", [3], 1, 2, 1.0),
+        WordTiming(" c", [4], 2, 3, 1.0),
+        WordTiming(" d", [5, 6], 3, 4, 1.0),
+    ]
+    assert segment_heads(words, [3, 1, 2]) == [0, 2, 3]
+    assert segment_heads(words, [6]) == [0]
