@@ -41,7 +41,11 @@ class AudioForm:
 
     def check(self) -> None:
         """OpenAI's rules between fields (a 400 naming the field)."""
-        if self.timestamp_granularities and self.response_format != "verbose_json":
+        if (
+            self.timestamp_granularities
+            and self.response_format != "verbose_json"
+            and not self.stream  # the stream's deltas carry the words' times
+        ):
             raise APIError(
                 400,
                 "response_format must be set to verbose_json to use timestamp granularities",

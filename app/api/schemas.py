@@ -141,10 +141,13 @@ class TranscriptionVerboseJSON(BaseModel):
 
 
 class TextDeltaEvent(BaseModel):
-    """SSE event per decoded token (or small group of tokens)."""
+    """SSE event per decoded token (or small group of tokens); with word timestamps, one per
+    word with its `start` and `end` (seconds; an extension)."""
 
     type: Literal["transcript.text.delta"] = "transcript.text.delta"
     delta: str
+    start: float | None = None
+    end: float | None = None
 
 
 class TextDoneEvent(BaseModel):

@@ -242,13 +242,15 @@ class LoadedModel:
         on_delta: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
         on_audio: Callable[[float], None] | None = None,
+        on_segment: Callable[[Segment], None] | None = None,
     ) -> TranscriptionResult:
         """Decode, check and transcribe one upload (blocking; run it on a worker thread).
 
         `on_audio(duration_s)` is called once the upload decoded fine, before transcription
-        starts; `on_delta(text)` for every decoded token. Raises `InvalidRequestError`,
-        `AudioDecodeError` (incl. `AudioTooLongError`) or `TranscriptionCancelled` when `cancel`
-        is set.
+        starts; `on_delta(text)` for every decoded token; `on_segment(segment)` for every
+        segment as it is finished (with its words when they are timed). Raises
+        `InvalidRequestError`, `AudioDecodeError` (incl. `AudioTooLongError`) or
+        `TranscriptionCancelled` when `cancel` is set.
         """
         options = self.options_for(job)
         if cancel is not None and cancel.is_set():
@@ -261,7 +263,11 @@ class LoadedModel:
         segments, info = self.transcriber.transcribe(
             audio, options, on_delta=on_delta, cancel=cancel
         )
-        collected = list(segments)
+        collected: list[Segment] = []
+        for segment in segments:
+            collected.append(segment)
+            if on_segment is not None:
+                on_segment(segment)
         t2 = time.perf_counter()
         duration = audio.shape[0] / SAMPLE_RATE
         language = info.language or (options.language or "en")

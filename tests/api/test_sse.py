@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
@@ -51,6 +52,31 @@ def test_sse_wire_format_and_order(server: LiveServer) -> None:
     assert set(done) == {"type", "text"}
     assert normalise(done["text"]) == normalise(JFK_TEXT)
     assert normalise("".join(e["delta"] for _, e in events[:-1])) == normalise(done["text"])
+
+
+def test_word_deltas_carry_their_times(server: LiveServer) -> None:
+    """stream=true with timestamp_granularities[]=word: a delta per word with its start and
+    end, the same words and times as verbose_json gives."""
+    _, events = read_events(
+        server, "/v1/audio/transcriptions", JFK_WAV.read_bytes(),
+        **{"timestamp_granularities[]": "word", "language": "en"},
+    )  # fmt: skip
+    deltas = [e for _, e in events if e["type"] == "transcript.text.delta"]
+    assert all(set(d) == {"type", "delta", "start", "end"} for d in deltas), deltas[:3]
+    done = events[-1][1]
+    assert "".join(d["delta"] for d in deltas).strip() == done["text"]
+    assert all(a["end"] <= b["start"] + 1e-6 for a, b in itertools.pairwise(deltas))
+    r = httpx.post(
+        server.url("/v1/audio/transcriptions"),
+        files={"file": ("a.wav", JFK_WAV.read_bytes(), "audio/wav")},
+        data={"model": "tiny.en", "response_format": "verbose_json", "language": "en",
+              "timestamp_granularities[]": "word"},
+        timeout=120,
+    )  # fmt: skip
+    words = r.json()["words"]
+    assert [(w["word"], w["start"], w["end"]) for w in words] == [
+        (d["delta"].strip(), d["start"], d["end"]) for d in deltas
+    ]
 
 
 def test_first_delta_leaves_long_before_decoding_ends(server: LiveServer) -> None:

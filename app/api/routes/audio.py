@@ -46,6 +46,7 @@ from app.service.registry import (
     TranscriptionJob,
     TranscriptionResult,
 )
+from app.service.results import Segment
 
 log = logging.getLogger(__name__)
 
@@ -231,8 +232,9 @@ def _format(result: TranscriptionResult, form: AudioForm, loaded: LoadedModel) -
 
 
 # ---- SSE ----------------------------------------------------------------------------------------
-def _sse(event: BaseModel) -> bytes:
-    return f"data: {event.model_dump_json()}\n\n".encode()
+def _sse(event: BaseModel, *, compact: bool = False) -> bytes:
+    """One SSE message; `compact` leaves out fields that are None (optional extensions)."""
+    return f"data: {event.model_dump_json(exclude_none=compact)}\n\n".encode()
 
 
 async def _stream(
@@ -250,22 +252,25 @@ async def _stream(
     become an `error` event. Closing the connection cancels the job.
     """
     loop = asyncio.get_running_loop()
-    events: asyncio.Queue[tuple[str, str | None]] = asyncio.Queue()
+    events: asyncio.Queue[tuple[str, str | Segment | None]] = asyncio.Queue()
     cancel = threading.Event()
     queued_at = Stopwatch()
     started: list[float] = []
 
-    def post(kind: str, payload: str | None) -> None:
+    def post(kind: str, payload: str | Segment | None) -> None:
         with contextlib.suppress(RuntimeError):  # loop closed at shutdown
             loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
 
     def work() -> TranscriptionResult:
         started.append(queued_at())
+        # with word timestamps a segment's words are sent once its window is aligned
+        timed = job.word_timestamps
         return loaded.transcribe(
             job,
-            on_delta=lambda text: post("delta", text),
+            on_delta=None if timed else lambda text: post("delta", text),
             cancel=cancel,
             on_audio=lambda _duration: post("audio", None),
+            on_segment=(lambda segment: post("segment", segment)) if timed else None,
         )
 
     future: Future[TranscriptionResult] = pool.submit(work)  # QueueFullError -> 429
@@ -294,14 +299,22 @@ async def _stream(
         first = True
         try:
             while True:
-                kind, text = await events.get()
+                kind, payload = await events.get()
                 if kind == "end":
                     break
-                if kind == "delta" and text:
+                deltas = []
+                if kind == "delta" and isinstance(payload, str) and payload:
+                    deltas = [TextDeltaEvent(delta=payload)]
+                elif kind == "segment" and isinstance(payload, Segment):
+                    deltas = [
+                        TextDeltaEvent(delta=w.word, start=w.start, end=w.end)
+                        for w in payload.words or ()
+                    ]
+                for delta in deltas:
                     if first:
                         metrics.first_delta_seconds.labels(loaded.name).observe(clock())
                         first = False
-                    yield _sse(TextDeltaEvent(delta=text))
+                    yield _sse(delta, compact=True)
             try:
                 result = future.result()
             except Exception as e:
