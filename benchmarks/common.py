@@ -25,7 +25,7 @@ import sys
 import tarfile
 import time
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -370,6 +370,17 @@ class Worker:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+
+@contextlib.contextmanager
+def workers(model: str, configs: Iterable[Config], threads: int) -> Iterator[dict[str, Worker]]:
+    """A warm worker per configuration (by key), closed on the way out."""
+    started = {c.key: Worker(model, c, threads) for c in configs}
+    try:
+        yield started
+    finally:
+        for worker in started.values():
+            worker.close()
 
 
 @dataclass

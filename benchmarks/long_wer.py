@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import common  # noqa: E402
-from benchmarks.common import Worker  # noqa: E402
 from benchmarks.robustness import SYSTEMS  # noqa: E402
 
 DEFAULT_SYSTEMS = "ours,ours -VAD,fw,fw +VAD"
@@ -54,9 +53,9 @@ def main() -> None:
     common.prepare_models(args.model, [s.config for s in systems])
     load_before = common.start_load(args)
     started = time.time()
-    workers = {c.key: Worker(args.model, c, args.threads) for c in {s.config for s in systems}}
     runs: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
-    try:
+    configs = {s.config.key: s.config for s in systems}.values()
+    with common.workers(args.model, configs, args.threads) as workers:
         for beam in (int(b) for b in args.beams.split(",")):
             for seed in range(args.seeds):
                 for system in common.rotate(systems, seed):
@@ -68,9 +67,6 @@ def main() -> None:
                         (w, reply["total_s"], common.load1())
                     )
                     print(f"beam {beam} seed {seed} {system.key}: {w:.2f} %", file=sys.stderr)
-    finally:
-        for worker in workers.values():
-            worker.close()
     rows = []
     for (beam, key), found in runs.items():
         wers = [w for w, _, _ in found]

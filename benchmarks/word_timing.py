@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import common  # noqa: E402
-from benchmarks.common import CONFIGS, Worker  # noqa: E402
+from benchmarks.common import CONFIGS  # noqa: E402
 
 OURS, PEER = CONFIGS["ov-int8"], CONFIGS["fw-int8"]
 ONSET_DB = 25.0  # speech onset: the first 10 ms frame within this of the clip's loudest
@@ -104,8 +104,7 @@ def clip_onsets(onset=speech_onset) -> list[float]:
 
 
 def agreement(args: argparse.Namespace, model: str, rows: list) -> None:
-    workers = {c.key: Worker(model, c, args.threads) for c in (OURS, PEER)}
-    try:
+    with common.workers(model, (OURS, PEER), args.threads) as workers:
         for beam in (int(b) for b in args.beams.split(",")):
             starts: list[float] = []
             ends: list[float] = []
@@ -127,16 +126,12 @@ def agreement(args: argparse.Namespace, model: str, rows: list) -> None:
                 f"{100 * n_paired / max(n_ours, 1):.1f} %", f"{common.load1():.1f}",
             ])  # fmt: skip
             print(rows[-1], file=sys.stderr)
-    finally:
-        for worker in workers.values():
-            worker.close()
 
 
 def ground_truth(args: argparse.Namespace, rows: list) -> None:
     references = {"level onset": clip_onsets(), "Silero VAD onset": clip_onsets(vad_onset)}
     clip = common.long_clip()
-    workers = {c.key: Worker(args.long_model, c, args.threads) for c in (OURS, PEER)}
-    try:
+    with common.workers(args.long_model, (OURS, PEER), args.threads) as workers:
         for config in (OURS, PEER):
             reply = workers[config.key].transcribe(clip, 5, word_timestamps=True)
             starts = np.array([w[1] for w in reply["words"]])
@@ -152,15 +147,12 @@ def ground_truth(args: argparse.Namespace, rows: list) -> None:
                     f"{p90(errors):.0f}", f"{sum(e <= 100 for e in errors)}/{len(errors)}",
                 ])  # fmt: skip
                 print(rows[-1], file=sys.stderr)
-    finally:
-        for worker in workers.values():
-            worker.close()
 
 
 def cost(args: argparse.Namespace, model: str, rows: list) -> None:
     clip = common.TESTDATA / "audio" / "earnings22_1_4482311_3_62.wav"
-    worker = Worker(model, OURS, args.threads)
-    try:
+    with common.workers(model, (OURS,), args.threads) as started:
+        worker = started[OURS.key]
         for beam in (1, 5):
             times: dict[bool, list[float]] = {False: [], True: []}
             aligns: list[float] = []
@@ -176,8 +168,6 @@ def cost(args: argparse.Namespace, model: str, rows: list) -> None:
                 f"{statistics.median(aligns):.3f}", f"{common.load1():.1f}",
             ])  # fmt: skip
             print(rows[-1], file=sys.stderr)
-    finally:
-        worker.close()
 
 
 def main() -> None:
