@@ -11,7 +11,7 @@ import pytest
 
 from app.service.batching import BatchingOptions, BatchingSessions
 from app.service.transcriber import Transcriber, TranscriptionOptions
-from tests.engine.conftest import EARNINGS, JFK, clip, seconds
+from tests.engine.conftest import EARNINGS, JFK, SPANISH, clip, seconds
 
 WORDS = TranscriptionOptions(language="en", beam_size=1, word_timestamps=True)
 
@@ -106,3 +106,14 @@ def test_static_cache_gives_the_same_words(tiny_tr):
 def test_segments_stay_ordered(tiny_tr):
     segments, _ = transcribe(tiny_tr, clip(EARNINGS))
     assert all(a.end <= b.start + 1e-6 for a, b in itertools.pairwise(segments))
+
+
+def test_multilingual_words(base_tr):
+    """base on the Spanish clip, language detected: words spell each segment's text."""
+    audio = clip(SPANISH)
+    segments, info = transcribe(
+        base_tr, audio, TranscriptionOptions(beam_size=5, word_timestamps=True)
+    )
+    assert info.language == "es"
+    check_words(segments, audio.shape[0] / 16000)
+    assert "arenas" in " ".join(w.word.lower() for s in segments for w in s.words)
