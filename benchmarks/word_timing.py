@@ -10,8 +10,9 @@ same beam), against a ground truth built from the long clip, and what words cost
    clip starts, two ways: its first 10 ms frame within 25 dB of the clip's loudest (our word
    timing also starts words at a level threshold, so this reference is not independent of it),
    and the start of Silero VAD's first speech region (a trained model, independent). The first
-   word after each clip boundary should start there: the table gives |word start - onset|
-   (median, p90) for ours and faster-whisper, both with their defaults otherwise.
+   word after each clip boundary should start there: the table gives the start error (the
+   absolute difference of word start and onset; median, p90) for ours and faster-whisper,
+   both with their defaults otherwise.
 3. Cost: end-to-end time on the 60 s clip with words off and on (ours), greedy and beam 5,
    runs alternated; the ratio of medians.
 
@@ -204,7 +205,7 @@ def main() -> None:
             "system",
             "reference",
             "boundaries",
-            "|start - onset| median ms",
+            "start error median ms",
             "p90 ms",
             "within 100 ms",
         ],
