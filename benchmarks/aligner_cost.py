@@ -8,7 +8,8 @@ Word timing needs the alignment heads' cross-attention. Two ways to get it:
 This builds the in-decoder variant from the same weights in a temporary folder and times one
 decoder step (T = 1, a past of 100 tokens) on the OpenVINO EP, for 1 row and for 5 beams over a
 batch-1 cross K/V: plain decoder, in-decoder variant without fetching the weights, and with.
-Calls alternate variant by variant; medians of --steps calls.
+A second session of the plain decoder is the control: how far two sessions of the same graph
+differ. Calls alternate case by case; medians of --steps calls.
 
     .venv/bin/python benchmarks/aligner_cost.py --models tiny.en,base
 
@@ -93,6 +94,7 @@ def main() -> None:
                 )
                 for name, path in (
                     ("plain", folder / "decoder.onnx"),
+                    ("control", folder / "decoder.onnx"),
                     ("variant", build_variant(model, Path(tmp))),
                 )
             }
@@ -117,6 +119,7 @@ def main() -> None:
                 }
                 cases = {
                     "plain decoder": (sessions["plain"], plain_out),
+                    "plain decoder, a second session (control)": (sessions["control"], plain_out),
                     "with output, not fetched": (sessions["variant"], plain_out),
                     "with output, fetched": (
                         sessions["variant"],
