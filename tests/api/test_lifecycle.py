@@ -125,7 +125,7 @@ class _ExplodingModel:
     def options_for(self, job: TranscriptionJob) -> object:
         return self._model.options_for(job)
 
-    def transcribe(self, job, on_delta=None, cancel=None, on_audio=None):  # type: ignore[no-untyped-def]
+    def transcribe(self, job, on_delta=None, cancel=None, on_audio=None, on_segment=None):  # type: ignore[no-untyped-def]
         count = 0
 
         def exploding(text: str) -> None:
@@ -135,7 +135,9 @@ class _ExplodingModel:
             if count == 3:
                 raise RuntimeError("decoder exploded")
 
-        return self._model.transcribe(job, on_delta=exploding, cancel=cancel, on_audio=on_audio)
+        return self._model.transcribe(
+            job, on_delta=exploding, cancel=cancel, on_audio=on_audio, on_segment=on_segment
+        )
 
 
 class _ExplodingRegistry:
