@@ -69,7 +69,17 @@ def build_manifest(
         language_ids=languages,
         suppress_ids=generation.suppress_ids,
         suppress_ids_begin=generation.suppress_ids_begin,
-        alignment_heads=generation.alignment_heads,
+        alignment_heads=generation.alignment_heads or default_alignment_heads(dims),
         precision=precision,
         source=source,
+    )
+
+
+def default_alignment_heads(dims: Dims) -> tuple[tuple[int, int], ...]:
+    """Weights that name no alignment heads (a generation config without them, a fine-tune):
+    every head of the upper half of the text layers, openai/whisper's default."""
+    return tuple(
+        (layer, head)
+        for layer in range(dims.n_text_layer // 2, dims.n_text_layer)
+        for head in range(dims.n_heads)
     )

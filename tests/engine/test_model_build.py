@@ -219,6 +219,9 @@ def test_local_ct2_folder_fp16_build(tmp_path: Path, tiny_source) -> None:
     assert summary.file_sizes["decoder.onnx"] < 70e6  # fp16: half the fp32 file's 113 MB
     manifest = Manifest.load(summary.folder)
     assert manifest.precision == "fp16" and manifest.source["kind"] == "folder"
+    # a folder without a generation config names no alignment heads: openai/whisper's default,
+    # every head of the upper half of the text layers (tiny.en: layers 2-3, 6 heads each)
+    assert manifest.alignment_heads == tuple((layer, h) for layer in (2, 3) for h in range(6))
     sessions = WhisperSessions.load(summary.folder, RuntimeOptions(ep="cpu", threads=2))
     # the same weights built from the catalog package give the same graphs
     catalog_build = build_model(
