@@ -401,21 +401,14 @@ def spans_from_probs(
     return [SpeechSpan(int(a), int(b)) for a, b in kept if b > a]
 
 
-# Whole clips (REST `vad_filter`): regions padded by 0.4 s, faster-whisper's default. With the
-# streams' 0.2 s, soft word onsets at a region's edge were cut off (robustness benchmark: "for
-# a" of "for a full hour" over a telephone line, "we are" at the start of the earnings call).
-CLIP_VAD_OPTIONS = VadOptions(speech_pad_s=0.4)
-
-
 def speech_timestamps(
     vad: SileroVad, audio: np.ndarray, options: VadOptions | None = None
 ) -> list[SpeechSpan]:
-    """Speech regions of f32 [N] 16 kHz audio (samples), for the REST `vad_filter` option
-    (`CLIP_VAD_OPTIONS` unless `options` are given)."""
+    """Speech regions of f32 [N] 16 kHz audio (samples), for the REST `vad_filter` option."""
     audio = np.asarray(audio, dtype=np.float32).reshape(-1)
     if audio.shape[0] == 0:
         return []
-    return spans_from_probs(vad.probs(audio), audio.shape[0], options or CLIP_VAD_OPTIONS)
+    return spans_from_probs(vad.probs(audio), audio.shape[0], options)
 
 
 def collect_speech(audio: np.ndarray, spans: list[SpeechSpan]) -> np.ndarray:
