@@ -30,8 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -39,25 +38,24 @@ from app.engine.audio import lift_quiet
 from app.engine.backend import WhisperBackend
 from app.engine.decoding import (
     DecodingCancelled,
-    DecodingOptions,
     DecodingResult,
     DecodingTask,
     PrefixMemo,
     detect_language,
 )
-from app.engine.kv_cache import CACHE_MODES
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import (
     SileroVad,
-    VadOptions,
     collect_speech,
-    restore_time,
     speech_time_map,
     speech_timestamps,
 )
-from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE, TIME_PRECISION
+from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.service.options import TranscriptionOptions
 from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
+from app.service.text_stream import TextStream, WindowStream
+from app.service.windows import restore_times, split_by_timestamps
 from app.service.words import add_words
 
 __all__ = [
@@ -75,192 +73,9 @@ log = logging.getLogger(__name__)
 PROMPT_TOKENS = 223  # the previous text a window is prompted with: n_text_ctx // 2 - 1
 MAX_HOTWORD_TOKENS = PROMPT_TOKENS // 2  # the rest stays for the previous text
 
-INPUT_STRIDE = N_FRAMES // 1500  # mel frames per timestamp step (2)
-DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-
 
 class TranscriptionCancelled(Exception):
     """The caller's cancel event was set; the transcription stopped at the next decoder step."""
-
-
-@dataclass(frozen=True)
-class TranscriptionOptions:
-    """Options of one transcription, validated once (ValueError).
-
-    temperature: the fallback schedule, tried in order (a single float is one attempt).
-    beam_size: beams at temperature 0 (None or 1 = greedy); best_of: samples at temperature > 0.
-    thresholds: compression_ratio_threshold (fallback above), log_prob_threshold (fallback
-    below), no_speech_threshold (skip a window above it when its avg log-prob is below
-    log_prob_threshold); None disables a check.
-    prompt_reset_on_temperature: a window decoded above it does not prompt the next one.
-    kv_cache: "concat" | "static" | "none". seed: sampling rng seed of the request.
-    vad_filter: transcribe only the speech regions Silero VAD finds (`vad_options`; None =
-    defaults), as faster-whisper does; segment times stay those of the original audio. Needs a
-    Transcriber built with a VAD model.
-    word_timestamps: each segment gets its words with start/end and probability
-    (`app.engine.timing`); segment bounds follow the words.
-    hotwords: terms put at the head of every window's prompt, to bias the spelling of names
-    and jargon (faster-whisper's option); at most MAX_HOTWORD_TOKENS tokens are kept.
-    """
-
-    language: str | None = None
-    task: str = "transcribe"
-    beam_size: int | None = 5
-    best_of: int | None = 5
-    patience: float | None = 1.0
-    length_penalty: float | None = None
-    temperature: float | tuple[float, ...] = DEFAULT_TEMPERATURES
-    compression_ratio_threshold: float | None = 2.4
-    log_prob_threshold: float | None = -1.0
-    no_speech_threshold: float | None = 0.6
-    condition_on_previous_text: bool = True
-    prompt_reset_on_temperature: float = 0.5
-    initial_prompt: str | tuple[int, ...] | None = None
-    prefix: str | None = None
-    without_timestamps: bool = False
-    max_initial_timestamp: float | None = 1.0
-    suppress_blank: bool = True
-    suppress_tokens: tuple[int, ...] | None = (-1,)
-    sample_len: int | None = None
-    vad_filter: bool = False
-    vad_options: VadOptions | None = None
-    kv_cache: str = "concat"
-    seed: int | None = 0
-    repetition_guard: bool = True
-    word_timestamps: bool = False
-    hotwords: str | None = None
-
-    def __post_init__(self) -> None:
-        temps = self.temperature
-        if isinstance(temps, int | float):
-            temps = (float(temps),)
-        temps = tuple(float(t) for t in temps)
-        if not temps:
-            raise ValueError("temperature needs at least one value")
-        if any(t < 0 or t > 10 for t in temps):
-            raise ValueError("temperatures must be in [0, 10]")
-        object.__setattr__(self, "temperature", temps)
-        if self.suppress_tokens is not None:
-            object.__setattr__(self, "suppress_tokens", tuple(int(t) for t in self.suppress_tokens))
-        if isinstance(self.initial_prompt, list):
-            object.__setattr__(self, "initial_prompt", tuple(self.initial_prompt))
-        if self.beam_size == 1:
-            object.__setattr__(self, "beam_size", None)
-        if self.kv_cache not in CACHE_MODES:
-            raise ValueError(f"kv_cache must be one of {CACHE_MODES}, got {self.kv_cache!r}")
-        if not 0 <= self.prompt_reset_on_temperature <= 10:
-            raise ValueError("prompt_reset_on_temperature must be in [0, 10]")
-        # let DecodingOptions check the rest, once, for every temperature of the schedule
-        for t in temps:
-            self.decoding_options(t)
-
-    def decoding_options(
-        self,
-        temperature: float,
-        *,
-        language: str | None = None,
-        prompt: Sequence[int] | None = None,
-        prefix: str | None = None,
-    ) -> DecodingOptions:
-        """The options of one decode attempt at `temperature`."""
-        greedy = temperature == 0
-        return DecodingOptions(
-            task=self.task,
-            language=language if language is not None else self.language,
-            temperature=temperature,
-            sample_len=self.sample_len,
-            best_of=None if greedy else self.best_of,
-            beam_size=self.beam_size if greedy else None,
-            patience=self.patience if greedy and self.beam_size else None,
-            length_penalty=self.length_penalty,
-            prompt=tuple(prompt) if prompt else None,
-            prefix=prefix,
-            suppress_tokens=self.suppress_tokens,
-            suppress_blank=self.suppress_blank,
-            without_timestamps=self.without_timestamps,
-            max_initial_timestamp=self.max_initial_timestamp,
-            kv_cache=self.kv_cache,
-            seed=self.seed,
-            repetition_guard=self.repetition_guard,
-        )
-
-
-class TextStream:
-    """Turns tokens into text deltas without splitting a UTF-8 character: pending tokens are
-    decoded together and sent once their text no longer ends in U+FFFD (an incomplete byte
-    sequence). `sent` is all the text sent so far."""
-
-    MAX_PENDING = 8  # give up waiting for a character to complete after this many tokens
-
-    def __init__(self, tokenizer: Tokenizer, on_delta: Callable[[str], None]) -> None:
-        self.tokenizer = tokenizer
-        self.on_delta = on_delta
-        self.pending: list[int] = []
-        self.sent = ""
-
-    def push(self, token: int) -> None:
-        if token >= self.tokenizer.eot:
-            return
-        self.pending.append(token)
-        text = self.tokenizer.decode(self.pending)
-        if text.endswith("\ufffd") and len(self.pending) < self.MAX_PENDING:
-            return
-        self.pending.clear()
-        self.send(text)
-
-    def send(self, text: str) -> None:
-        if text:
-            self.sent += text
-            self.on_delta(text)
-
-    def drop_pending(self) -> None:
-        self.pending.clear()
-
-
-@dataclass
-class _WindowStream:
-    """Streams one window's text (see the module docstring for the policy)."""
-
-    stream: TextStream
-    timestamps: bool
-    live: bool = True
-    start: int = 0  # len(stream.sent) when the window began
-    held: list[int] = field(default_factory=list)  # text tokens of the open segment
-
-    def on_token(self, token: int) -> None:
-        if not self.live:
-            return
-        if token < self.stream.tokenizer.eot:
-            if self.timestamps:
-                self.held.append(token)
-            else:
-                self.stream.push(token)
-        elif token >= self.stream.tokenizer.timestamp_begin and self.held:
-            for t in self.held:
-                self.stream.push(t)
-            self.held.clear()
-
-    def new_attempt(self, live: bool) -> None:
-        self.held.clear()
-        self.stream.drop_pending()
-        self.live = live and len(self.stream.sent) == self.start
-
-    @property
-    def sent(self) -> str:
-        return self.stream.sent[self.start :]
-
-    def finish(self, text: str) -> None:
-        """The window's accepted text: send what has not been sent yet."""
-        self.held.clear()
-        self.stream.drop_pending()
-        sent = self.sent
-        if not text.startswith(sent):
-            log.warning(
-                "streamed text of a rejected attempt differs from the accepted one: %r vs %r",
-                sent[-40:],
-                text[: len(sent)][-40:],
-            )
-        self.stream.send(text[len(sent) :])
 
 
 class Transcriber:
@@ -349,7 +164,7 @@ class Transcriber:
             mel, content_frames, options, language, first_cross, stats, on_delta, cancel
         )
         if time_map is not None:
-            segments = _restore_times(segments, time_map, stats.audio_s)
+            segments = restore_times(segments, time_map, stats.audio_s)
         return segments, info
 
     def detect_language(self, audio: np.ndarray) -> tuple[str, float, dict[str, float]]:
@@ -431,7 +246,7 @@ class Transcriber:
 
             prompt = hotwords + all_tokens[prompt_reset_since:][-(PROMPT_TOKENS - len(hotwords)) :]
             window = (
-                _WindowStream(stream, not options.without_timestamps, start=len(stream.sent))
+                WindowStream(stream, not options.without_timestamps, start=len(stream.sent))
                 if stream is not None
                 else None
             )
@@ -547,7 +362,7 @@ class Transcriber:
         seek: int,
         stats: TranscriptionStats,
         rng: np.random.Generator,
-        window: _WindowStream | None,
+        window: WindowStream | None,
         cancel: threading.Event | None,
     ) -> DecodingResult:
         memo = PrefixMemo()  # this window's prefilled prompt, shared by every attempt
@@ -633,72 +448,3 @@ class Transcriber:
         stats.steps += s.steps
         stats.decoder_calls += s.calls
         stats.cache_nbytes = max(stats.cache_nbytes, s.cache_nbytes)
-
-
-def _restore_times(
-    segments: Iterator[Segment], time_map: list[tuple[float, float]], duration: float
-) -> Iterator[Segment]:
-    """Segment times of the VAD-collected speech -> times in the original audio (seconds)."""
-
-    def span(start: float, end: float) -> tuple[float, float]:
-        start = restore_time(start, time_map)
-        return start, min(max(restore_time(end, time_map, end=True), start), duration)
-
-    for segment in segments:
-        start, end = span(segment.start, segment.end)
-        words = segment.words
-        if words is not None:
-            words = tuple(
-                replace(w, start=round(s, 3), end=round(e, 3))  # rounded as the segment
-                for w in words
-                for s, e in [span(w.start, w.end)]
-            )
-        yield replace(segment, start=round(start, 3), end=round(end, 3), words=words)
-
-
-@dataclass(frozen=True)
-class _Piece:
-    start: float  # seconds from the window start
-    end: float
-    tokens: tuple[int, ...]
-
-
-def split_by_timestamps(
-    tokens: Sequence[int], timestamp_begin: int, segment_size: int, segment_duration: float
-) -> tuple[list[_Piece], int]:
-    """Split one window's tokens into segments; return them and how far to seek (mel frames).
-
-    Consecutive timestamp tokens close a segment and open the next. When the tokens end in a
-    single timestamp, the last segment is closed and the whole window is consumed; otherwise the
-    unfinished tail after the last pair is dropped and the seek stops at that pair. Tokens with
-    no pair form one segment up to the last timestamp (or the window's end).
-    """
-    tokens = list(tokens)
-    is_ts = [t >= timestamp_begin for t in tokens]
-    single_timestamp_ending = is_ts[-2:] == [False, True]
-    consecutive = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
-    pieces: list[_Piece] = []
-    if consecutive:
-        slices = list(consecutive)
-        if single_timestamp_ending:
-            slices.append(len(tokens))
-        last_slice = 0
-        for current in slices:
-            sliced = tokens[last_slice:current]
-            start = (sliced[0] - timestamp_begin) * TIME_PRECISION
-            end = (sliced[-1] - timestamp_begin) * TIME_PRECISION
-            pieces.append(_Piece(start, end, tuple(sliced)))
-            last_slice = current
-        if single_timestamp_ending:
-            seek_delta = segment_size  # no speech after the last timestamp
-        else:
-            last_timestamp_pos = tokens[last_slice - 1] - timestamp_begin
-            seek_delta = last_timestamp_pos * INPUT_STRIDE
-        return pieces, max(seek_delta, 1)
-    duration = segment_duration
-    timestamps = [t for t in tokens if t >= timestamp_begin]
-    if timestamps and timestamps[-1] != timestamp_begin:
-        duration = (timestamps[-1] - timestamp_begin) * TIME_PRECISION
-    if tokens:
-        pieces.append(_Piece(0.0, duration, tuple(tokens)))
-    return pieces, segment_size

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from app.engine.decoding import detect_language
+from app.service.text_stream import TextStream
 from app.service.transcriber import (
-    TextStream,
     Transcriber,
     TranscriptionCancelled,
     TranscriptionOptions,

@@ -10,7 +10,8 @@ import pytest
 from app.engine.decoding import DecodingOptions, compression_ratio
 from app.service import formats
 from app.service.results import Segment, TranscriptionInfo
-from app.service.transcriber import TranscriptionOptions, split_by_timestamps
+from app.service.transcriber import TranscriptionOptions
+from app.service.windows import split_by_timestamps
 
 TS = 50363  # <|0.00|> of the English-only models
 WINDOW = 3000  # mel frames

@@ -1,0 +1,82 @@
+"""One window's tokens -> segments and the next seek; segment times mapped back through the
+VAD's collecting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from app.engine.vad import restore_time
+from app.runtime.contract import N_FRAMES, TIME_PRECISION
+from app.service.results import Segment
+
+INPUT_STRIDE = N_FRAMES // 1500  # mel frames per timestamp step (2)
+
+
+def restore_times(
+    segments: Iterator[Segment], time_map: list[tuple[float, float]], duration: float
+) -> Iterator[Segment]:
+    """Segment times of the VAD-collected speech -> times in the original audio (seconds)."""
+
+    def span(start: float, end: float) -> tuple[float, float]:
+        start = restore_time(start, time_map)
+        return start, min(max(restore_time(end, time_map, end=True), start), duration)
+
+    for segment in segments:
+        start, end = span(segment.start, segment.end)
+        words = segment.words
+        if words is not None:
+            words = tuple(
+                replace(w, start=round(s, 3), end=round(e, 3))  # rounded as the segment
+                for w in words
+                for s, e in [span(w.start, w.end)]
+            )
+        yield replace(segment, start=round(start, 3), end=round(end, 3), words=words)
+
+
+@dataclass(frozen=True)
+class Piece:
+    start: float  # seconds from the window start
+    end: float
+    tokens: tuple[int, ...]
+
+
+def split_by_timestamps(
+    tokens: Sequence[int], timestamp_begin: int, segment_size: int, segment_duration: float
+) -> tuple[list[Piece], int]:
+    """Split one window's tokens into segments; return them and how far to seek (mel frames).
+
+    Consecutive timestamp tokens close a segment and open the next. When the tokens end in a
+    single timestamp, the last segment is closed and the whole window is consumed; otherwise the
+    unfinished tail after the last pair is dropped and the seek stops at that pair. Tokens with
+    no pair form one segment up to the last timestamp (or the window's end).
+    """
+    tokens = list(tokens)
+    is_ts = [t >= timestamp_begin for t in tokens]
+    single_timestamp_ending = is_ts[-2:] == [False, True]
+    consecutive = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    pieces: list[Piece] = []
+    if consecutive:
+        slices = list(consecutive)
+        if single_timestamp_ending:
+            slices.append(len(tokens))
+        last_slice = 0
+        for current in slices:
+            sliced = tokens[last_slice:current]
+            start = (sliced[0] - timestamp_begin) * TIME_PRECISION
+            end = (sliced[-1] - timestamp_begin) * TIME_PRECISION
+            pieces.append(Piece(start, end, tuple(sliced)))
+            last_slice = current
+        if single_timestamp_ending:
+            seek_delta = segment_size  # no speech after the last timestamp
+        else:
+            last_timestamp_pos = tokens[last_slice - 1] - timestamp_begin
+            seek_delta = last_timestamp_pos * INPUT_STRIDE
+        return pieces, max(seek_delta, 1)
+    duration = segment_duration
+    timestamps = [t for t in tokens if t >= timestamp_begin]
+    if timestamps and timestamps[-1] != timestamp_begin:
+        duration = (timestamps[-1] - timestamp_begin) * TIME_PRECISION
+    if tokens:
+        pieces.append(Piece(0.0, duration, tuple(tokens)))
+    return pieces, segment_size
