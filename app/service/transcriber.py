@@ -56,7 +56,7 @@ from app.service.options import TranscriptionOptions
 from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
 from app.service.text_stream import TextStream, WindowStream
 from app.service.windows import restore_times, split_by_timestamps
-from app.service.words import add_words
+from app.service.words import WindowAudio, add_words
 
 __all__ = [
     "Segment",
@@ -306,18 +306,16 @@ class Transcriber:
                 stats.tokens += len(piece.tokens)
             if options.word_timestamps and kept:
                 with stats.timed("align_s"):
-                    kept, last_speech = add_words(
-                        kept,
-                        self.sessions,
+                    window_audio = WindowAudio(
                         cross,
-                        tok,
+                        features,
+                        time_offset,
                         tok.sot_sequence(language, options.task),  # type: ignore[arg-type]
                         language,
-                        window_frames=segment_size,
-                        time_offset=time_offset,
-                        last_speech=last_speech,
                         pad_to=self.n_text_ctx if options.kv_cache == "static" else None,
-                        features=features,
+                    )
+                    kept, last_speech = add_words(
+                        kept, self.sessions, tok, window_audio, last_speech
                     )
             del cross
 

@@ -6,7 +6,7 @@ window's `Segment`s, whose bounds then follow their words (a word never crosses 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,38 +16,46 @@ from app.engine.tokenizer import Tokenizer
 from app.service.results import Segment, Word
 
 
+@dataclass(frozen=True)
+class WindowAudio:
+    """What word timing needs of one decoded window.
+
+    cross: its cross K/V, each [1, H, 1500, Dh]; features: its log-mel [n_mels, frames] (the
+    audio only, no padding); time_offset: its start (s); pad_to: fixed aligner rows (static).
+    """
+
+    cross: list[np.ndarray]
+    features: np.ndarray
+    time_offset: float
+    sot_sequence: tuple[int, ...]
+    language: str | None
+    pad_to: int | None = None
+
+
 def add_words(
     segments: list[Segment],
     backend: WhisperBackend,
-    cross: list[np.ndarray],
     tokenizer: Tokenizer,
-    sot_sequence: tuple[int, ...],
-    language: str | None,
-    *,
-    window_frames: int,
-    time_offset: float,
+    window: WindowAudio,
     last_speech: float,
-    pad_to: int | None = None,
-    features: np.ndarray | None = None,
 ) -> tuple[list[Segment], float]:
-    """`segments` of the window at `time_offset` (s) with `window_frames` mel frames of audio,
-    each with its words; and the end of the last speech, for the next window. features: the
-    window's log-mel [n_mels, frames], to start words where the sound does."""
+    """The window's `segments`, each with its words; and the end of the last speech, for the
+    next window. A segment's first word starts where its sound does (the window's levels)."""
     eot = tokenizer.eot
     holders = [SegmentWords(s.start, s.end, [t for t in s.tokens if t < eot]) for s in segments]
     text_tokens = [t for h in holders for t in h.text_tokens]
     timings = align_words(
         backend,
-        cross,
+        window.cross,
         tokenizer,
-        sot_sequence,
-        language,
+        window.sot_sequence,
+        window.language,
         text_tokens,
-        n_frames=window_frames // 2,
-        pad_to=pad_to,
+        n_frames=window.features.shape[-1] // 2,
+        pad_to=window.pad_to,
     )
-    levels = frame_levels(features) if features is not None else None
-    last_speech = assign_words(timings, holders, time_offset, last_speech, levels)
+    levels = frame_levels(window.features)
+    last_speech = assign_words(timings, holders, window.time_offset, last_speech, levels)
     out = [
         replace(
             segment,
