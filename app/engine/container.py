@@ -61,6 +61,11 @@ def decode_container(
                 f"could not decode the audio: the {container.format.name} file has no audio track"
             )
         stream = container.streams.audio[0]
+        if stream.codec_context is None:  # a truncated header: the track's codec is unknown
+            raise AudioDecodeError(
+                f"could not decode the audio: the {kind or container.format.name} file is "
+                "corrupt or truncated (its audio track names no codec)"
+            )
         fmt = f"{container.format.name}/{stream.codec_context.name}"
         announced = _announced_s(container, stream)
         if max_duration_s is not None and announced is not None and announced > limit_s:

@@ -92,6 +92,15 @@ def test_truncated_m4a_is_a_clear_error(jfk: np.ndarray, keep: float) -> None:
     assert "MP4/M4A" in message and "corrupt or truncated" in message, message
 
 
+def test_m4a_cut_inside_its_header_is_a_clear_error() -> None:
+    """Cut where the track is declared but its codec is not yet (found by the truncation fuzz
+    test: the decoder had no codec context and the server answered 500)."""
+    t = np.arange(400) / 8000
+    data = encode_container((0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 8000, "m4a")
+    with pytest.raises(AudioDecodeError, match="corrupt or truncated"):
+        decode_audio(data[:1351])
+
+
 def test_truncated_webm_keeps_what_decoded(
     jfk: np.ndarray, caplog: pytest.LogCaptureFixture
 ) -> None:
