@@ -50,14 +50,11 @@ class TranscriptionJSON(BaseModel):
         logprobs = None
         if token_bytes is not None:
             logprobs = [
-                LogprobJSON(
-                    token=token_bytes(t).decode("utf-8", errors="replace"),
-                    logprob=p,
-                    bytes=list(token_bytes(t)),
-                )
+                LogprobJSON(token=raw.decode("utf-8", errors="replace"), logprob=p, bytes=list(raw))
                 for s in result.segments
                 for w in s.words or ()
                 for t, p in zip(w.tokens, w.logprobs, strict=True)
+                for raw in [token_bytes(t)]
             ]
         return cls(text=result.text, logprobs=logprobs, usage=UsageJSON.of(result))
 

@@ -315,16 +315,12 @@ def assign_words(
     window's `levels`, each segment's first word starts where its sound does."""
     median = median_word_s(words)
     longest = 2 * median
-    queue = iter(words)
-    pending = next(queue, None)
-    for segment in segments:
-        taken = 0
-        while pending is not None and taken < len(segment.text_tokens):
-            start = max(round(time_offset + pending.start, 2), last_speech)
-            end = max(round(time_offset + pending.end, 2), start)
-            segment.words.append(replace(pending, start=start, end=end))
-            taken += len(pending.tokens)
-            pending = next(queue, None)
+    groups = group_words(words, [len(s.text_tokens) for s in segments])
+    for segment, group in zip(segments, groups, strict=True):
+        for word in group:
+            start = max(round(time_offset + word.start, 2), last_speech)
+            end = max(round(time_offset + word.end, 2), start)
+            segment.words.append(replace(word, start=start, end=end))
         if segment.words:
             if levels is not None:
                 start_at_speech(segment.words[:1], levels, time_offset)
@@ -360,18 +356,20 @@ def _fit_segment(segment: SegmentWords, median: float, longest: float, last_spee
     segment.end = max(segment.end, last.end)
 
 
-def segment_heads(words: Sequence[WordTiming], sizes: Sequence[int]) -> list[int]:
-    """Index of each segment's first word, the segments holding `sizes` text tokens in turn."""
-    heads: list[int] = []
+def group_words(words: Sequence[WordTiming], sizes: Sequence[int]) -> list[list[WordTiming]]:
+    """A window's words, in order, split among its segments, which hold `sizes` text tokens in
+    turn (a segment takes words until it has its tokens)."""
+    groups: list[list[WordTiming]] = []
     index = 0
     for size in sizes:
-        if index < len(words) and size:
-            heads.append(index)
+        group: list[WordTiming] = []
         taken = 0
         while index < len(words) and taken < size:
+            group.append(words[index])
             taken += len(words[index].tokens)
             index += 1
-    return heads
+        groups.append(group)
+    return groups
 
 
 class TextClock:

@@ -30,7 +30,7 @@ from app.export.sources import (
     sha256_of,
 )
 from app.export.whisper_graphs import build_aligner, build_decoder, build_encoder
-from app.runtime.contract import MODEL_FILES, ContractError, Manifest
+from app.runtime.contract import MODEL_FILES, ContractError, Manifest, missing_files
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
 
 def _stale(folder: Path) -> str | None:
     """Why a folder this build wrote earlier must be built again (None: it is current)."""
-    missing = [f for f in MODEL_FILES if not (folder / f).is_file()]
+    missing = missing_files(folder)
     if missing:
         return f"it lacks {', '.join(missing)}"
     try:

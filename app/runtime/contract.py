@@ -20,6 +20,11 @@ SAMPLE_RATE = 16_000
 TIME_PRECISION = 0.02  # seconds per timestamp token and per encoder frame (30 s / 1500)
 
 
+def missing_files(folder: Path) -> list[str]:
+    """The contract's files that `folder` lacks (empty for a complete model folder)."""
+    return [f for f in MODEL_FILES if not (Path(folder) / f).is_file()]
+
+
 class ContractError(RuntimeError):
     """A model folder does not match the contract this code was written for."""
 

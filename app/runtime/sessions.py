@@ -198,7 +198,7 @@ class WhisperSessions:
         options = options or RuntimeOptions()
         folder = Path(folder)
         manifest = Manifest.load(folder)
-        missing = [f for f in contract.MODEL_FILES if not (folder / f).is_file()]
+        missing = contract.missing_files(folder)
         if missing:
             raise ContractError(f"{folder} lacks {', '.join(missing)}: rebuild the model")
         devices: dict[str, str] = {}
@@ -207,8 +207,11 @@ class WhisperSessions:
         if options.ep == "openvino" and not available:
             raise DeviceError("the OpenVINO execution provider is not installed in this Python")
         for stage in ("encoder", "decoder", "aligner"):
-            wanted = getattr(options, f"{stage}_device", options.decoder_device) or options.device
-            device = resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
+            if stage == "aligner":
+                device = devices["decoder"]  # it reads the decoder's cross K/V: same device
+            else:
+                wanted = getattr(options, f"{stage}_device") or options.device
+                device = resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
             started = time.perf_counter()
             session = create_session(
                 folder / f"{stage}.onnx",

@@ -23,7 +23,7 @@ from app.engine.backend import WhisperBackend
 from app.engine.languages import LANGUAGES
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
-from app.runtime.contract import MODEL_FILES, SAMPLE_RATE
+from app.runtime.contract import SAMPLE_RATE, missing_files
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from app.service.batching import BatchingOptions, BatchingSessions
 from app.service.transcriber import (
@@ -319,11 +319,7 @@ def list_model_folders(models_dir: Path) -> dict[str, Path]:
     """Name -> folder for every complete model folder (all contract files present)."""
     if not models_dir.is_dir():
         return {}
-    return {
-        p.name: p
-        for p in sorted(models_dir.iterdir())
-        if p.is_dir() and all((p / f).is_file() for f in MODEL_FILES)
-    }
+    return {p.name: p for p in sorted(models_dir.iterdir()) if p.is_dir() and not missing_files(p)}
 
 
 class ModelRegistry:

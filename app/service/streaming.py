@@ -61,7 +61,7 @@ from app.engine.timing import (
     TextClock,
     align_words,
     frame_levels,
-    segment_heads,
+    group_words,
     start_at_speech,
 )
 from app.engine.tokenizer import Tokenizer
@@ -845,9 +845,10 @@ class StreamingSession:
                 [t for seg in segments for t in seg.tokens],
                 n_frames=min(content, N_FRAMES) // 2,
             )
-            heads = segment_heads(timed, [len(seg.tokens) for seg in segments])
+            groups = group_words(timed, [len(seg.tokens) for seg in segments])
             start_at_speech(
-                [timed[i] for i in heads], frame_levels(mel[:, : min(content, N_FRAMES)])
+                [group[0] for group in groups if group],
+                frame_levels(mel[:, : min(content, N_FRAMES)]),
             )
             clock = TextClock(timed)
         words = self._words(segments, start / SAMPLE_RATE, clock)

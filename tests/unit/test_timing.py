@@ -14,8 +14,8 @@ from app.engine.timing import (
     assign_words,
     dtw,
     frame_levels,
+    group_words,
     median_filter,
-    segment_heads,
     start_at_speech,
     words_of_window,
 )
@@ -158,12 +158,16 @@ def test_frame_levels_follow_loudness() -> None:
     assert levels[50:60].min() - levels[:40].max() == pytest.approx(40.0, abs=0.01)
 
 
-def test_segment_heads_find_each_segments_first_word() -> None:
+def test_group_words_splits_a_windows_words_among_its_segments() -> None:
     words = [
         WordTiming(" a", [1, 2], 0, 1, 1.0),
         WordTiming(" b", [3], 1, 2, 1.0),
         WordTiming(" c", [4], 2, 3, 1.0),
         WordTiming(" d", [5, 6], 3, 4, 1.0),
     ]
-    assert segment_heads(words, [3, 1, 2]) == [0, 2, 3]
-    assert segment_heads(words, [6]) == [0]
+    names = [[w.word for w in g] for g in group_words(words, [3, 1, 2])]
+    assert names == [[" a", " b"], [" c"], [" d"]]
+    assert [[w.word for w in g] for g in group_words(words, [6, 0])] == [
+        [" a", " b", " c", " d"],
+        [],
+    ]
