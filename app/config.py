@@ -116,6 +116,18 @@ class Settings(BaseSettings):
     stream_step_s: float = Field(
         default=1.0, ge=0.1, le=10.0, description="Live streams: new audio (s) between passes."
     )
+    stream_policy: Literal["local_agreement", "alignatt"] = Field(
+        default="local_agreement",
+        description="Live streams: when a word is committed: two passes agree on it "
+        "(local_agreement) or the decoder's attention has moved past it (alignatt).",
+    )
+    stream_edge_s: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=5.0,
+        description="Live streams, alignatt: a word is committed once the decoder attended to "
+        "audio at least this far (s) before the end of the buffer while reading it.",
+    )
     stream_max_session_s: float = Field(
         default=3600.0, gt=0, description="Live streams: longest session (s of audio)."
     )

@@ -24,10 +24,10 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app.api import docs as docs_api
 from app.api import metrics as metrics_api
-from app.api import stream as stream_api
 from app.api.deps import Readiness
 from app.api.errors import install_error_handlers
 from app.api.limits import UploadLimitMiddleware
+from app.api.live import audio_stream, page
 from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, models
 from app.config import Settings
@@ -223,7 +223,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.readiness = Readiness()
     app.state.metrics = metrics
     app.state.pool = pool
-    app.state.stream_drain = asyncio.Event()  # set at shutdown: live sessions end (stream.py)
+    app.state.stream_drain = asyncio.Event()  # set at shutdown: live sessions end (app/api/live)
     app.state.registry = build_registry(settings)
 
     install_error_handlers(app)
@@ -243,7 +243,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(audio.router)
     app.include_router(metrics_api.router)
-    app.include_router(stream_api.router)  # WebSocket /v1/audio/stream + page at /
+    app.include_router(audio_stream.router)  # WebSocket /v1/audio/stream
+    app.include_router(page.router)  # the page at /
     app.include_router(docs_api.router)  # /openapi.json, /docs
     log.info(
         "app created: models %s (default %s) from %s, %s/%s, %d worker(s), queue %d",

@@ -59,6 +59,9 @@ class WordTiming:
     end: float
     probability: float  # the mean of its tokens' probabilities
     logprobs: list[float] = field(default_factory=list)  # each token's
+    # the latest frame (seconds) the alignment heads attended to most while its tokens were
+    # predicted: where in the audio the decoder was reading (AlignAtt's test)
+    peak: float = 0.0
 
 
 @dataclass
@@ -239,6 +242,7 @@ def words_of_window(
     # rows from <|notimestamps|> (it predicts the first text token) to the last text token
     rows = matrix[n_prefix - 1 : n_prefix + len(text_tokens)]
     starts = token_start_frames(rows) * TIME_PRECISION  # [len(text_tokens) + 1]
+    peaks = rows[: len(text_tokens)].argmax(axis=1) * TIME_PRECISION  # [len(text_tokens)]
     token_logprobs = logprobs[n_prefix - 1 : n_prefix - 1 + len(text_tokens)].astype(np.float64)
     probs = np.exp(token_logprobs)
     words, word_tokens = tokenizer.split_words(list(text_tokens), language)
@@ -251,6 +255,7 @@ def words_of_window(
             end=float(starts[hi]),
             probability=float(probs[lo:hi].mean()),
             logprobs=token_logprobs[lo:hi].tolist(),
+            peak=float(peaks[lo:hi].max()),
         )
         for word, tokens, lo, hi in zip(words, word_tokens, bounds[:-1], bounds[1:], strict=True)
     ]
@@ -287,6 +292,7 @@ def _merge_punctuation(words: list[WordTiming]) -> None:
             nxt = words[following]
             nxt.word, nxt.tokens = word.word + nxt.word, word.tokens + nxt.tokens
             nxt.logprobs = word.logprobs + nxt.logprobs
+            nxt.peak = max(nxt.peak, word.peak)
             word.word, word.tokens = "", []
         else:
             following = i
@@ -296,6 +302,7 @@ def _merge_punctuation(words: list[WordTiming]) -> None:
         if not before.word.endswith(" ") and word.word in APPEND_PUNCTUATION:
             before.word, before.tokens = before.word + word.word, before.tokens + word.tokens
             before.logprobs = before.logprobs + word.logprobs
+            before.peak = max(before.peak, word.peak)
             word.word, word.tokens = "", []
         else:
             previous = i
@@ -388,3 +395,10 @@ class TextClock:
 
     def span(self, first: int, last: int) -> tuple[float, float]:
         return self._word_at(first).start, self._word_at(last).end
+
+    def peak(self, first: int, last: int) -> float:
+        """The latest attention peak of the words that hold characters `first`..`last`."""
+        lo = int(np.searchsorted(self._ends, first, side="right"))
+        hi = int(np.searchsorted(self._ends, last, side="right"))
+        words = self._words[min(lo, len(self._words) - 1) : min(hi, len(self._words) - 1) + 1]
+        return max(w.peak for w in words)

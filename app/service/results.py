@@ -158,3 +158,18 @@ class TranscriptionInfo:
     options: Any  # TranscriptionOptions (kept untyped here to avoid an import cycle)
     all_language_probs: dict[str, float] | None = None
     stats: TranscriptionStats = field(default_factory=TranscriptionStats, compare=False)
+
+
+class Stopwatch:
+    """The total wall time (seconds) of the `with` bodies it timed."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.total += time.perf_counter() - self._started

@@ -55,7 +55,7 @@ from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.options import TranscriptionOptions
 from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
 from app.service.text_stream import TextStream, WindowStream
-from app.service.windows import restore_times, split_by_timestamps
+from app.service.windows import encode_window, restore_times, split_by_timestamps
 from app.service.words import WindowAudio, add_words
 
 __all__ = [
@@ -189,9 +189,8 @@ class Transcriber:
         self, mel: np.ndarray, seek: int, content_frames: int, stats: TranscriptionStats
     ) -> list[np.ndarray]:
         size = min(N_FRAMES, content_frames - seek)
-        window = pad_or_trim(mel[:, seek : seek + max(size, 0)], N_FRAMES)  # [n_mels, 3000]
         with stats.timed("encoder_s"):
-            cross = self.sessions.encode(np.ascontiguousarray(window[None]))  # [1, H, 1500, Dh]
+            cross = encode_window(self.sessions, mel[:, seek : seek + max(size, 0)])
         stats.windows += 1
         return cross
 

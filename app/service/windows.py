@@ -6,11 +6,22 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from app.engine.backend import WhisperBackend
+from app.engine.mel import pad_or_trim
 from app.engine.vad import restore_time
 from app.runtime.contract import N_FRAMES, TIME_PRECISION
 from app.service.results import Segment
 
 INPUT_STRIDE = N_FRAMES // 1500  # mel frames per timestamp step (2)
+
+
+def encode_window(backend: WhisperBackend, features: np.ndarray) -> list[np.ndarray]:
+    """A window's log-mel [n_mels, <= 3000] (padded here to 3000 frames) -> its cross K/V,
+    each [1, H, 1500, Dh]."""
+    window = pad_or_trim(features, N_FRAMES)  # [n_mels, 3000]
+    return backend.encode(np.ascontiguousarray(window[None]))
 
 
 def restore_times(

@@ -11,7 +11,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from app.engine.backend import WhisperBackend
-from app.engine.timing import SegmentWords, align_words, assign_words, frame_levels
+from app.engine.timing import (
+    SegmentWords,
+    WordTiming,
+    align_words,
+    assign_words,
+    frame_levels,
+)
 from app.engine.tokenizer import Tokenizer
 from app.service.results import Segment, Word
 
@@ -32,6 +38,22 @@ class WindowAudio:
     pad_to: int | None = None
 
 
+def window_words(
+    backend: WhisperBackend, tokenizer: Tokenizer, window: WindowAudio, text_tokens: list[int]
+) -> list[WordTiming]:
+    """The window's text tokens aligned to its audio (seconds from the window's start)."""
+    return align_words(
+        backend,
+        window.cross,
+        tokenizer,
+        window.sot_sequence,
+        window.language,
+        text_tokens,
+        n_frames=window.features.shape[-1] // 2,
+        pad_to=window.pad_to,
+    )
+
+
 def add_words(
     segments: list[Segment],
     backend: WhisperBackend,
@@ -44,16 +66,7 @@ def add_words(
     eot = tokenizer.eot
     holders = [SegmentWords(s.start, s.end, [t for t in s.tokens if t < eot]) for s in segments]
     text_tokens = [t for h in holders for t in h.text_tokens]
-    timings = align_words(
-        backend,
-        window.cross,
-        tokenizer,
-        window.sot_sequence,
-        window.language,
-        text_tokens,
-        n_frames=window.features.shape[-1] // 2,
-        pad_to=window.pad_to,
-    )
+    timings = window_words(backend, tokenizer, window, text_tokens)
     levels = frame_levels(window.features)
     last_speech = assign_words(timings, holders, window.time_offset, last_speech, levels)
     out = [

@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 
 from app.engine.vad import SileroVad, VadOptions
-from app.service.streaming import (
+from app.service.live import (
     CommittedText,
+    Finalized,
     PartialText,
     StreamEvent,
     StreamingOptions,
     StreamingSession,
     StreamSegment,
-    _Pass,
-    _Segment,
 )
+from app.service.live.units import PassSegment
+from app.service.live.window_pass import Pass
 from app.service.transcriber import Transcriber
 from tests.conftest import MODELS_DIR
 from tests.engine.conftest import EMPTY, JFK, clip, normalise
@@ -83,7 +84,7 @@ def test_silence_is_never_decoded(tiny_tr: Transcriber, vad: SileroVad) -> None:
     run_session(session, quiet)
     assert session.text == ""
     assert session.stats().passes == 0
-    assert events == []
+    assert events == [Finalized("flush")]  # nothing heard; the client's commit is answered
 
 
 def test_buffer_stays_bounded_without_vad(tiny_tr: Transcriber) -> None:
@@ -117,13 +118,13 @@ def test_step_option_sets_the_pass_rate(tiny_tr: Transcriber, vad: SileroVad) ->
     assert counts[2.0] < counts[1.0]
 
 
-def _fake_pass(session: StreamingSession, segment_end: float) -> _Pass:
+def _fake_pass(session: StreamingSession, segment_end: float) -> Pass:
     """A pass over the buffered audio whose one closed segment ends at `segment_end` (s)."""
     tok = session.tokenizer
     text = tok.encode(" we are on zoom")
-    seg = _Segment(0.0, segment_end, tuple(text), True)
-    words = session._words([seg], session._buf.start / 16000)
-    return _Pass(words, [seg], session._buf.start, session._buf.end, None)
+    seg = PassSegment(0.0, segment_end, tuple(text), True)
+    words = session.passes._words([seg], session._buf.start / 16000, None)
+    return Pass(words, [seg], session._buf.start, session._buf.end, None)
 
 
 def test_a_pass_that_stops_early_cuts_the_buffer(tiny_tr: Transcriber) -> None:
@@ -134,15 +135,16 @@ def test_a_pass_that_stops_early_cuts_the_buffer(tiny_tr: Transcriber) -> None:
     session.append(np.zeros(16000 * 8, np.float32))
     session.advance()
     stalled = _fake_pass(session, segment_end=5.0)
-    session._committed_in_buffer = list(stalled.words)
-    assert session._settle(stalled, len(stalled.words), forced=False) is True
-    assert session._buf.start == 5 * 16000 and session._committed_in_buffer == []
+    session.context.committed = list(stalled.words)
+    assert session.context.settle(stalled, len(stalled.words), forced=False).stalled
+    assert session._buf.start == 5 * 16000 and session.context.committed == []
 
     # a last segment that ends with the audio may still grow: no cut
     session = StreamingSession(tiny_tr, StreamingOptions(language="en", vad=None), None)
     session.append(np.zeros(16000 * 8, np.float32))
     session.advance()
     growing = _fake_pass(session, segment_end=7.5)
-    session._committed_in_buffer = list(growing.words)
-    assert session._settle(growing, len(growing.words), forced=False) is False
-    assert session._buf.start == 0 and session._prefix == []
+    session.context.committed = list(growing.words)
+    settled = session.context.settle(growing, len(growing.words), forced=False)
+    assert not settled.cut and not settled.stalled
+    assert session._buf.start == 0 and session.context.prefix == []

@@ -1,11 +1,10 @@
-"""Property tests (hypothesis) for the WebSocket message parser `parse_client_message`: every
-`websocket.receive` message becomes one client event or a `StreamError` (an `error` event, and
-a close code only for an oversized frame) — never another exception. Likewise for the
-`session.update` values a client sends (`_Connection._update`, with a stand-in registry)."""
+"""Property tests (hypothesis) for the `/v1/audio/stream` message parser `parse_client_message`:
+every `websocket.receive` message becomes one client event or a `LiveError` (an `error` event,
+and a close code only for an oversized frame) — never another exception. Likewise for the
+`session.update` values a client sends (`apply_update`, with a stand-in registry)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -15,19 +14,19 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from app.api.stream import (
-    CLOSE_TOO_BIG,
+from app.api.live.audio_stream import (
     AudioAppend,
     BufferCommit,
     SessionClose,
     SessionUpdate,
-    StreamError,
-    _Connection,
+    error_event,
     parse_client_message,
 )
+from app.api.live.audio_stream_config import StreamConfig, apply_update
+from app.api.live.connection import CLOSE_TOO_BIG, LiveError
 from app.config import Settings
+from app.service.live import ENCODINGS, StreamingOptions
 from app.service.registry import UnknownModelError
-from app.service.streaming import ENCODINGS, StreamingOptions
 from app.service.transcriber import TranscriptionOptions
 
 MAX_BYTES = 8192
@@ -67,12 +66,12 @@ EVENTS = st.fixed_dictionaries(
 
 
 def parse_or_error(message: dict[str, Any]) -> AudioAppend | SessionUpdate | BufferCommit | \
-        SessionClose | StreamError:  # fmt: skip
+        SessionClose | LiveError:  # fmt: skip
     try:
         return parse_client_message(message, MAX_BYTES)
-    except StreamError as e:
-        event = e.event()
-        assert event["type"] == "error" and event["error"]["message"] and event["error"]["code"]
+    except LiveError as e:
+        event = error_event(e)
+        assert event.type == "error" and event.error.message and event.error.code
         assert e.close in (None, CLOSE_TOO_BIG)
         return e
 
@@ -86,7 +85,7 @@ def text(payload: str) -> dict[str, Any]:
 def test_binary_frames(data: bytes) -> None:
     result = parse_or_error({"type": "websocket.receive", "bytes": data})
     if len(data) > MAX_BYTES:
-        assert isinstance(result, StreamError) and result.close == CLOSE_TOO_BIG
+        assert isinstance(result, LiveError) and result.close == CLOSE_TOO_BIG
         assert result.code == "message_too_large"
     else:
         assert result == AudioAppend(data)
@@ -101,7 +100,7 @@ def test_binary_frames(data: bytes) -> None:
 @example("")
 def test_any_text(payload: str) -> None:
     result = parse_or_error(text(payload))
-    if isinstance(result, StreamError):
+    if isinstance(result, LiveError):
         assert result.close is None
         assert result.code in {"invalid_json", "invalid_event", "unknown_event", "invalid_audio"}
 
@@ -112,7 +111,7 @@ def test_json_events(event: dict[str, Any]) -> None:
     result = parse_or_error(text(json.dumps(event)))
     kind = event["type"]
     if not isinstance(kind, str):
-        assert isinstance(result, StreamError) and result.code == "invalid_event"
+        assert isinstance(result, LiveError) and result.code == "invalid_event"
     elif kind == "session.update":
         assert result == SessionUpdate(event.get("session"))
     elif kind == "input_audio_buffer.commit":
@@ -126,11 +125,11 @@ def test_json_events(event: dict[str, Any]) -> None:
         except ValueError:
             expected = None
         if expected is None:
-            assert isinstance(result, StreamError) and result.code == "invalid_audio"
+            assert isinstance(result, LiveError) and result.code == "invalid_audio"
         else:
             assert result == AudioAppend(expected)
     else:
-        assert isinstance(result, StreamError) and result.code == "unknown_event"
+        assert isinstance(result, LiveError) and result.code == "unknown_event"
         assert result.param == "type"
 
 
@@ -138,25 +137,25 @@ def test_json_events(event: dict[str, Any]) -> None:
 @given(JSON_VALUES.filter(lambda v: not isinstance(v, dict)))
 def test_json_that_is_not_an_object(value: Any) -> None:
     result = parse_or_error(text(json.dumps(value)))
-    assert isinstance(result, StreamError) and result.code == "invalid_event"
+    assert isinstance(result, LiveError) and result.code == "invalid_event"
 
 
 def test_oversized_text_closes_with_1009() -> None:
     message = json.dumps({"type": "input_audio_buffer.append", "audio": "A" * MAX_BYTES})
-    with pytest.raises(StreamError) as info:
+    with pytest.raises(LiveError) as info:
         parse_client_message(text(message), MAX_BYTES)
     assert info.value.close == CLOSE_TOO_BIG and info.value.code == "message_too_large"
 
 
 def test_message_without_payload() -> None:
-    with pytest.raises(StreamError) as info:
+    with pytest.raises(LiveError) as info:
         parse_client_message({"type": "websocket.receive"}, MAX_BYTES)
     assert info.value.code == "invalid_message" and info.value.close is None
 
 
 def test_non_ascii_base64_is_invalid_audio() -> None:
     event = json.dumps({"type": "input_audio_buffer.append", "audio": "AAAA\u00e9"})
-    with pytest.raises(StreamError) as info:
+    with pytest.raises(LiveError) as info:
         parse_client_message(text(event), MAX_BYTES)
     assert info.value.code == "invalid_audio" and info.value.param == "audio"
 
@@ -168,9 +167,10 @@ class _EnglishModel:
 
 
 class _OneModelRegistry:
-    """What `_Connection` asks of the registry while it configures a session (no model)."""
+    """What `apply_update` asks of the registry while it configures a session (no model)."""
 
     base_options = TranscriptionOptions()
+    vad = object()
 
     def get(self, name: str | None) -> _EnglishModel:
         if name not in (None, "tiny.en"):
@@ -204,31 +204,19 @@ def test_session_updates(patches: list[Any]) -> None:
     """Each update is applied whole (a config the session can run with) or refused whole with
     an error event that keeps the connection open."""
 
-    async def configure() -> None:
-        settings = Settings(models=["tiny.en"])
-        connection = _Connection(
-            None,  # type: ignore[arg-type]
-            settings,
-            _OneModelRegistry(),  # type: ignore[arg-type]
-            None,  # type: ignore[arg-type]
-            vad=object(),  # type: ignore[arg-type]
-            drain=asyncio.Event(),
-        )
-        for patch in patches:
-            before = dict(connection.config)
-            try:
-                connection._update(patch)
-            except StreamError as e:
-                assert e.close is None and str(e)
-                assert connection.config == before
-                continue
-            config = connection.config
-            assert (
-                isinstance(config["sample_rate"], int) and 8000 <= config["sample_rate"] <= 192000
-            )
-            assert config["encoding"] in ENCODINGS
-            assert config["task"] == "transcribe" and config["language"] == "en"  # English-only
-            assert config["prompt"] is None or isinstance(config["prompt"], str)
-            assert isinstance(connection.options, StreamingOptions)
-
-    asyncio.run(configure())
+    registry = _OneModelRegistry()
+    settings = Settings(models=["tiny.en"])
+    config = StreamConfig(_EnglishModel(), "en")  # type: ignore[arg-type]
+    for patch in patches:
+        try:
+            updated = apply_update(config, patch, registry)  # type: ignore[arg-type]
+        except LiveError as e:
+            assert e.close is None and str(e)
+            continue
+        assert isinstance(updated.sample_rate, int) and 8000 <= updated.sample_rate <= 192000
+        assert updated.encoding in ENCODINGS
+        assert updated.task == "transcribe" and updated.language == "en"  # English-only
+        assert updated.prompt is None or isinstance(updated.prompt, str)
+        options = updated.options(registry, settings)  # type: ignore[arg-type]
+        assert isinstance(options, StreamingOptions)
+        config = updated

@@ -7,14 +7,9 @@ import numpy as np
 import pytest
 
 from app.engine.audio import AudioDecodeError
-from app.service.streaming import (
-    PcmInput,
-    StreamingOptions,
-    _align,
-    _AudioBuffer,
-    split_segments,
-    split_units,
-)
+from app.service.live import PcmInput, StreamingOptions
+from app.service.live.admission import AudioBuffer
+from app.service.live.units import align_committed, split_segments, split_units
 
 TS = 50363  # timestamp_begin of the English-only vocabulary
 
@@ -61,7 +56,7 @@ def test_split_segments_closed_and_open() -> None:
 def test_align_finds_where_uncommitted_words_start(
     committed: list[str], hyp: list[str], expected: int
 ) -> None:
-    assert _align(committed, hyp) == expected
+    assert align_committed(committed, hyp) == expected
 
 
 def test_pcm_input_s16_and_resampling() -> None:
@@ -104,7 +99,7 @@ def test_pcm_input_rejects_bad_frames_and_settings() -> None:
 
 
 def test_audio_buffer_append_drop_view() -> None:
-    buf = _AudioBuffer(10)
+    buf = AudioBuffer(10)
     buf.append(np.arange(6, dtype=np.float32))
     buf.drop_before(2)
     assert (buf.start, buf.length, buf.end) == (2, 4, 6)
@@ -133,14 +128,14 @@ def test_align_does_not_skip_new_words_when_a_committed_word_is_missing() -> Non
     committed = ["as", "you", "can", "see", "in"]
     hyp = ["as", "you", "can", "see", "2021", "we", "achieved"]
     mids = [10.1, 10.3, 10.5, 10.8, 11.6, 12.0, 12.4]
-    assert _align(committed, hyp, mids, committed_end_s=11.1) == 4
+    assert align_committed(committed, hyp, mids, committed_end_s=11.1) == 4
     # ... but a re-spelled committed word (same time) is skipped
     respelled = ["as", "you", "can", "see", "inn", "2021"]
-    assert _align(committed, respelled, [10.1, 10.3, 10.5, 10.8, 10.95, 11.6], 11.1) == 5
+    assert align_committed(committed, respelled, [10.1, 10.3, 10.5, 10.8, 10.95, 11.6], 11.1) == 5
 
 
 def test_align_treats_a_respelled_committed_word_as_committed() -> None:
     committed = ["the", "year", "2021", "i", "apologize"]
     hyp = ["the", "year", "2021", "i", "apologise", "for", "being"]
     mids = [13.0, 13.5, 14.0, 14.2, 15.3, 15.9, 16.3]  # later than the committed end (14.9)
-    assert _align(committed, hyp, mids, committed_end_s=14.9) == 5
+    assert align_committed(committed, hyp, mids, committed_end_s=14.9) == 5

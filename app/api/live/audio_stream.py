@@ -1,0 +1,233 @@
+"""`GET /v1/audio/stream`: live transcription over a WebSocket, this server's own protocol.
+
+Client -> server:
+
+- `session.update` (`audio_stream_config`), before the first audio;
+- binary frames of raw mono PCM in the session's encoding and rate, or
+  `{"type":"input_audio_buffer.append","audio":"<base64>"}`;
+- `{"type":"input_audio_buffer.commit"}`: finalize everything sent so far;
+- `{"type":"session.close"}`: finalize, send `transcript.text.done`, close (1000).
+
+Server -> client: `session.created` / `session.updated` {session}, `transcript.text.partial`
+{text} (the unstable tail; replaces the previous partial), `transcript.text.delta`
+{delta, start, end} (committed, append-only; seconds of stream time), `transcript.segment`
+{segment}, `transcript.text.done` {text}, `error` {error} (OpenAI's error object).
+
+Bad messages (invalid JSON, unknown type, audio that is not whole samples, base64 that does not
+decode, options that do not apply) get an `error` event and the session goes on; limits and
+admission as every live protocol (`connection.py`). New clients: `/v1/realtime` speaks the
+OpenAI Realtime protocol over the same sessions.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import APIRouter, WebSocket
+from pydantic import BaseModel
+
+from app.api.live.audio_stream_config import StreamConfig, apply_update
+from app.api.live.connection import LiveConnection, LiveDeps, LiveError, check_size, serve
+from app.api.schemas import ErrorEvent, ErrorObject, TextDeltaEvent, TextDoneEvent
+from app.service.live import (
+    AudioDecodeError,
+    CommittedText,
+    PartialText,
+    PcmInput,
+    StreamEvent,
+    StreamSegment,
+)
+
+router = APIRouter(tags=["streaming"])
+
+
+# ---- wire events (server -> client) -------------------------------------------------------
+class SessionEvent(BaseModel):
+    type: Literal["session.created", "session.updated"]
+    session: dict[str, Any]
+
+
+class PartialEvent(BaseModel):
+    type: Literal["transcript.text.partial"] = "transcript.text.partial"
+    text: str
+
+
+class SegmentJSON(BaseModel):
+    id: int
+    start: float
+    end: float
+    text: str
+
+
+class SegmentEvent(BaseModel):
+    type: Literal["transcript.segment"] = "transcript.segment"
+    segment: SegmentJSON
+
+
+def error_event(error: LiveError) -> ErrorEvent:
+    return ErrorEvent(error=ErrorObject(message=str(error), type=error.type, param=error.param,
+                                        code=error.code))  # fmt: skip
+
+
+# ---- client messages ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AudioAppend:
+    """Raw audio bytes (a binary frame, or the decoded base64 of `input_audio_buffer.append`)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class SessionUpdate:
+    """`session.update`; `patch` is the client's `session` value, not checked yet."""
+
+    patch: Any
+
+
+@dataclass(frozen=True)
+class BufferCommit:
+    """`input_audio_buffer.commit`."""
+
+
+@dataclass(frozen=True)
+class SessionClose:
+    """`session.close`."""
+
+
+ClientMessage = AudioAppend | SessionUpdate | BufferCommit | SessionClose
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json_event(text: str) -> dict[str, Any]:
+    """A text frame -> a JSON object with a string `type`; raises LiveError (NaN/Infinity,
+    absurd nesting and non-objects included)."""
+    try:
+        event = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise LiveError(
+            f"text messages must be JSON events ({e.msg} at {e.pos}); send audio as binary "
+            "frames or input_audio_buffer.append", "invalid_json",
+        ) from e  # fmt: skip
+    except (ValueError, RecursionError) as e:  # NaN, 5000-digit numbers, [[[[... nesting
+        raise LiveError(f"text messages must be JSON events ({e})", "invalid_json") from e
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise LiveError("an event is a JSON object with a string 'type'", "invalid_event")
+    return event
+
+
+def decode_base64_audio(audio: Any) -> bytes:
+    if not isinstance(audio, str):
+        raise LiveError("'audio' must be a base64 string", "invalid_audio", param="audio")
+    try:
+        return base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise LiveError(f"'audio' is not valid base64: {e}", "invalid_audio",
+                        param="audio") from e  # fmt: skip
+
+
+def parse_client_message(message: dict[str, Any], max_bytes: int) -> ClientMessage:
+    """One ASGI `websocket.receive` message -> the client event it carries.
+
+    `max_bytes`: largest accepted frame (bytes of a binary frame, characters of a text frame).
+    Raises `LiveError`: with `close=CLOSE_TOO_BIG` for a frame over `max_bytes`, otherwise
+    (`close=None`: report and go on) for an empty message, text that is not a JSON object with a
+    string `type`, an unknown type, or `audio` that is not base64. Whether the audio bytes are
+    whole samples is checked later, per session encoding.
+    """
+    data = message.get("bytes")
+    if data is not None:
+        check_size(len(data), max_bytes)
+        return AudioAppend(bytes(data))
+    text = message.get("text")
+    if text is None:
+        raise LiveError("empty message", "invalid_message")
+    check_size(len(text), max_bytes)
+    event = load_json_event(text)
+    kind = event["type"]
+    if kind == "session.update":
+        return SessionUpdate(event.get("session"))
+    if kind == "input_audio_buffer.append":
+        return AudioAppend(decode_base64_audio(event.get("audio")))
+    if kind == "input_audio_buffer.commit":
+        return BufferCommit()
+    if kind == "session.close":
+        return SessionClose()
+    raise LiveError(
+        f"unknown event type {kind!r}; expected session.update, input_audio_buffer.append,"
+        " input_audio_buffer.commit or session.close", "unknown_event", param="type",
+    )  # fmt: skip
+
+
+# ---- the adapter ----------------------------------------------------------------------------
+class AudioStreamConnection(LiveConnection):
+    def __init__(self, websocket: WebSocket, deps: LiveDeps) -> None:
+        super().__init__(websocket, deps)
+        self.config = StreamConfig.default(deps.registry, deps.settings)
+
+    def session_json(self) -> dict[str, Any]:
+        return self.config.as_json(self.settings.stream_step_s)
+
+    def describe(self) -> str:
+        return str(self.session_json())
+
+    def greeting(self) -> BaseModel:
+        return SessionEvent(type="session.created", session=self.session_json())
+
+    def error_event(self, error: LiveError) -> BaseModel:
+        return error_event(error)
+
+    def on_event(self, event: StreamEvent) -> None:
+        match event:
+            case PartialText(text=text):
+                self.outbox.put(PartialEvent(text=text), replaceable=True)
+            case CommittedText(text=text, start=start, end=end):
+                self.outbox.put(TextDeltaEvent(delta=text, start=start, end=end))
+            case StreamSegment(id=id_, start=start, end=end, text=text):
+                segment = SegmentJSON(id=id_, start=start, end=end, text=text)
+                self.outbox.put(SegmentEvent(segment=segment))
+
+    async def handle(self, message: dict[str, Any]) -> bool:
+        match parse_client_message(message, self.max_frame):
+            case AudioAppend(data=data):
+                self._append(data)
+            case SessionUpdate(patch=patch):
+                if self.runner is not None:
+                    raise LiveError("session.update must come before the first audio",
+                                    "session_started", param="session")  # fmt: skip
+                self.config = apply_update(self.config, patch, self.deps.registry)
+                self.outbox.put(SessionEvent(type="session.updated", session=self.session_json()))
+            case BufferCommit():
+                if self.runner is not None:
+                    self.runner.commit()
+            case SessionClose():
+                return True
+        return False
+
+    def _append(self, data: bytes) -> None:
+        if self.runner is None:
+            config = self.config
+            pcm = PcmInput(config.encoding, config.sample_rate)
+            options = config.options(self.deps.registry, self.settings)
+            self.start_runner(config.model, options, pcm)
+        assert self.runner is not None
+        try:
+            self.runner.append(data)
+        except AudioDecodeError as e:
+            raise LiveError(f"audio frame dropped: {e}", "invalid_audio") from e
+
+    async def finish(self) -> None:
+        text = await self.close_runner()
+        self.outbox.put(TextDoneEvent(text=text))
+
+
+@router.websocket("/v1/audio/stream")
+async def audio_stream(websocket: WebSocket) -> None:
+    """Live transcription; see the module docstring for the protocol."""
+    await serve(websocket, error_event, AudioStreamConnection)

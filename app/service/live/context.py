@@ -1,0 +1,167 @@
+"""The committed part of a live buffer: what the next pass is forced to repeat, and where the
+buffer is cut.
+
+The buffer keeps committed audio as context for what follows. Its committed closed segments
+become the next pass's forced prefix (with their timestamps), so they are never decoded again;
+a pass's words are matched against the committed ones to find the new words; once the buffer
+grows past `trim_s` it is cut at the end of a committed segment.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from app.engine.tokenizer import Tokenizer
+from app.runtime.contract import SAMPLE_RATE, TIME_PRECISION
+from app.service.live.admission import AudioBuffer
+from app.service.live.options import WINDOW_S, StreamingOptions
+from app.service.live.transcript import Transcript
+from app.service.live.units import LiveWord, PassSegment, align_committed, split_units
+from app.service.live.window_pass import Pass
+
+log = logging.getLogger(__name__)
+
+MAX_PREFIX_TOKENS = 160  # a longer forced prefix cuts the buffer
+STALL_S = 1.5  # a pass whose text ends this long before its audio stopped early
+FINAL_END_SLACK_S = 1.0  # a finalized last segment ending this close to the pause is closed there
+CUT_REPEAT_S = 0.3  # a committed word decoded again this close to a buffer cut is a repeat
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What `BufferContext.settle` did: cut the buffer; cut it because the decoder stalled."""
+
+    cut: bool = False
+    stalled: bool = False
+
+
+class BufferContext:
+    def __init__(
+        self,
+        buffer: AudioBuffer,
+        transcript: Transcript,
+        tokenizer: Tokenizer,
+        options: StreamingOptions,
+    ) -> None:
+        self.buffer = buffer
+        self.transcript = transcript
+        self.tokenizer = tokenizer
+        self.options = options
+        self.committed: list[LiveWord] = []  # committed words still inside the buffer
+        self.prefix: list[PassSegment] = []  # committed closed segments: the next prefix
+
+    def forget(self) -> None:
+        """The buffer's committed audio is gone (or no longer context)."""
+        self.committed = []
+        self.prefix = []
+
+    def prefix_tokens(self) -> tuple[tuple[int, ...], int]:
+        """The forced prefix (closed committed segments, with their timestamps) and how many
+        words it holds."""
+        tok = self.tokenizer
+        tokens: list[int] = []
+        n_words = 0
+        for seg in self.prefix:
+            start = tok.timestamp_begin + round(seg.start / TIME_PRECISION)
+            end = tok.timestamp_begin + round(seg.end / TIME_PRECISION)
+            tokens += [start, *seg.tokens, end]
+            n_words += len(split_units(tok.decode(seg.tokens)))
+        return tuple(tokens), n_words
+
+    def committed_prompt(self) -> tuple[int, ...]:
+        if not self.options.condition_on_committed or self.transcript.empty:
+            return ()
+        return tuple(self.tokenizer.encode(self.transcript.tail(400))[-100:])
+
+    def new_words_at(self, hyp: list[LiveWord]) -> int:
+        """Where the uncommitted words of a pass begin (after the committed ones and any
+        repeat of the last committed words)."""
+        k = align_committed(
+            [w.key for w in self.committed],
+            [w.key for w in hyp],
+            [(w.start + w.end) / 2 for w in hyp],
+            self.transcript.end,
+        )
+        return self._skip_repeats(hyp, k)
+
+    def _skip_repeats(self, hyp: list[LiveWord], k: int) -> int:
+        """Move `k` past words that repeat the last committed words: a pass sometimes decodes
+        the end of committed speech again. 2 to 5 words anywhere at the boundary; a single word
+        only at the very start of a buffer that was just cut after it (a segment end that
+        Whisper placed inside the word's sound: "billion and | and profit")."""
+        recent = list(self.transcript.recent)
+        for n in range(min(5, len(recent), len(hyp) - k), 1, -1):
+            if [w.key for w in hyp[k : k + n]] == [w.key for w in recent[-n:]]:
+                log.debug("skipped %d repeated words at the commit boundary", n)
+                return k + n
+        buffer_start_s = self.buffer.start / SAMPLE_RATE
+        if (
+            k == 0
+            and hyp
+            and recent
+            and hyp[0].key == recent[-1].key
+            and hyp[0].start - buffer_start_s < CUT_REPEAT_S
+        ):
+            log.debug("skipped %r repeated after the buffer cut", hyp[0].text)
+            return 1
+        return k
+
+    def settle(
+        self, decoded: Pass, done: int, *, forced: bool, final_end_s: float | None = None
+    ) -> Settled:
+        """After a pass whose words hyp[:done] are committed: the closed segments holding only
+        committed words become the forced prefix of the next pass; a buffer longer than `trim_s`
+        is cut at the end of one of them (keeping up to half of `trim_s` as context).
+
+        The pass's last segment may still grow and stays out, except
+        - after a finalization (`final_end_s`: where the VAD found the speech over, seconds from
+          the pass start), when it ends near there: then it is closed at `final_end_s`. Whisper's
+          own end for it was placed with no audio after it, often inside the last word, and
+          forcing that made the next pass decode the word's tail again ("for you you ask");
+        - when the decoder closed it and stopped `STALL_S` or more before the audio's end: whisper
+          sometimes ends a window early and then keeps doing so as the buffer grows (the speech
+          after it never gets decoded). The buffer is then cut right after it, whatever its
+          length, so the next pass starts on the skipped speech (`Settled.stalled`).
+        """
+        hyp, segments = decoded.words, list(decoded.segments)
+        audio_s = decoded.seconds
+        limit = len(segments) - 1
+        stalled = False
+        if segments and segments[-1].closed:
+            last = segments[-1]
+            if final_end_s is not None and final_end_s - last.end <= FINAL_END_SLACK_S:
+                end = max(last.end, min(final_end_s, WINDOW_S))
+                segments[-1] = PassSegment(last.start, end, last.tokens, True)
+                limit = len(segments)
+            elif min(audio_s, final_end_s or audio_s) - last.end >= STALL_S:
+                limit = len(segments)
+                stalled = True
+        covered = -1
+        for i in range(limit):
+            if not segments[i].closed:
+                break
+            last_word = max((j for j, w in enumerate(hyp) if w.segment == i), default=-1)
+            if last_word >= done:
+                break
+            covered = i
+        stalled = stalled and covered == len(segments) - 1
+        self.prefix = list(segments[: covered + 1])
+        prefix_tokens = sum(len(s.tokens) + 2 for s in self.prefix)
+        too_long = audio_s > self.options.trim_s or prefix_tokens > MAX_PREFIX_TOKENS
+        if covered < 0 or not (too_long or forced or stalled):
+            return Settled()
+        keep_s = self.options.trim_s / 2
+        ends = [s.end for s in self.prefix]
+        fitting = [i for i, e in enumerate(ends) if audio_s - e <= keep_s]
+        cut_index = len(ends) - 1 if stalled or not fitting else fitting[0]
+        cut_s = ends[cut_index]
+        cut = decoded.start + round(cut_s * SAMPLE_RATE)
+        first_kept = max((j + 1 for j, w in enumerate(hyp) if w.segment <= cut_index), default=0)
+        self.buffer.drop_before(cut)
+        self.committed = self.committed[first_kept:]
+        self.prefix = [s.shifted(cut_s) for s in self.prefix[cut_index + 1 :]]
+        self.transcript.close_segment()
+        log.debug("buffer cut at %.2f s (segment end%s)", cut / SAMPLE_RATE,
+                  ", the decoder stopped there" if stalled else "")  # fmt: skip
+        return Settled(cut=True, stalled=stalled)

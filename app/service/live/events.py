@@ -1,0 +1,72 @@
+"""What a live session tells its client adapter: typed events (stream seconds for times)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class PartialText:
+    """The unstable tail after the committed text; replaces the previous partial."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class CommittedText:
+    """Committed text (append-only; starts with a space between words) and its time span."""
+
+    text: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class StreamSegment:
+    """A closed stretch of committed text."""
+
+    id: int
+    start: float
+    end: float
+    text: str
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """The VAD heard speech begin at `at` (with VAD only)."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    """The VAD found the speech over at `at` (a pause of the VAD's `min_silence_s` followed)."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class Finalized:
+    """Everything before the pause (`reason` "pause") or the client's commit ("flush") is
+    committed: the CommittedText events before this one hold all of it."""
+
+    reason: Literal["pause", "flush"]
+
+
+StreamEvent = (
+    PartialText | CommittedText | StreamSegment | SpeechStarted | SpeechStopped | Finalized
+)
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """Counters of one session (seconds)."""
+
+    received_s: float
+    committed_words: int
+    passes: int
+    skipped_passes: int  # passes dropped as silence or as a repetition loop
+    decode_s: float
+    buffer_s: float
+    inbox_s: float

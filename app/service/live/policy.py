@@ -1,0 +1,79 @@
+"""When a decoded word becomes final: the commit policies of a live stream.
+
+Each pass decodes the whole buffer; its words after the committed ones are `new`. A policy says
+how many of them to commit now (a prefix: committed text is append-only). Policies are pure:
+words and times in, a count out; no audio, no model.
+
+- `LocalAgreement` (LocalAgreement-2; Macháček et al. 2023, ufal/whisper_streaming): commit the
+  longest prefix on which this pass and the previous one agree. Robust, but a word waits for a
+  second pass that says it again: at least one step after it was first decoded.
+- `AlignAtt` (Papi et al. 2023; Simul-Whisper 2024; ufal/SimulStreaming 2025): a word is safe
+  once the decoder, while reading it, attended (alignment heads) to audio at least `edge_s`
+  before the end of the buffer; the first word that looks at the edge stops the commit, since
+  the audio after it may change it. One pass suffices, so words come out a step earlier. A
+  word without attention (`peak` None) is never safe.
+
+At a pause or a client commit the session commits everything, whatever the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.service.live.units import LiveWord
+
+
+class CommitPolicy(Protocol):
+    """How many of a pass's new words to commit."""
+
+    def commit_count(
+        self, new: Sequence[LiveWord], pending: Sequence[LiveWord], audio_end_s: float
+    ) -> int:
+        """new: the pass's words after the committed ones; pending: the previous pass's
+        uncommitted words; audio_end_s: stream seconds where the pass's audio ends."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalAgreement:
+    """Commit what two consecutive passes agree on (word keys, from the first new word)."""
+
+    def commit_count(
+        self, new: Sequence[LiveWord], pending: Sequence[LiveWord], audio_end_s: float
+    ) -> int:
+        agreed = 0
+        for a, b in zip(new, pending, strict=False):
+            if a.key != b.key:
+                break
+            agreed += 1
+        return agreed
+
+
+@dataclass(frozen=True)
+class AlignAtt:
+    """Commit the words read while attending to audio at least `edge_s` before its end."""
+
+    edge_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.edge_s < 0:
+            raise ValueError(f"edge_s must be >= 0, got {self.edge_s}")
+
+    def commit_count(
+        self, new: Sequence[LiveWord], pending: Sequence[LiveWord], audio_end_s: float
+    ) -> int:
+        limit = audio_end_s - self.edge_s
+        for i, word in enumerate(new):
+            if word.peak is None or word.peak > limit:
+                return i
+        return len(new)
+
+
+def make_policy(name: str, edge_s: float) -> CommitPolicy:
+    if name == "alignatt":
+        return AlignAtt(edge_s)
+    if name == "local_agreement":
+        return LocalAgreement()
+    raise ValueError(f"unknown commit policy {name!r}")

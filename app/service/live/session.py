@@ -1,0 +1,385 @@
+"""Live transcription of one audio stream: incremental decoding with a commit policy.
+
+A `StreamingSession` receives 16 kHz f32 audio in pieces of any size and produces typed events
+(`app.service.live.events`): `PartialText` (the unstable tail, token by token while a pass
+decodes), `CommittedText` (append-only), `StreamSegment` (a closed stretch of committed text),
+`SpeechStarted`/`SpeechStopped` (the VAD's turns) and `Finalized` (everything before a pause
+or a client commit is committed).
+
+How:
+
+    append() -> inbox -> advance(): VAD per 32 ms chunk, admit audio into the buffer
+                              buffer = contiguous audio not yet cut away (<= one 30 s window)
+    decode(): every `step_s` of new speech: one pass over the whole buffer (`window_pass`);
+              the commit policy (`policy`: LocalAgreement-2 or AlignAtt) says how many of the
+              words after the committed ones become final.
+
+- Committed segments are not decoded again: the closed segments whose words are all committed
+  are forced as the decoder prefix of the next pass (one prefill call instead of a step per
+  token), so each pass decodes only the uncommitted tail while the audio before it stays as
+  context. Once the buffer is longer than `trim_s` it is cut at the end of a committed segment.
+- VAD: while no one speaks nothing is decoded, so silence never turns into text. When speech
+  has ended and `VadOptions.min_silence_s` of silence followed, the utterance is finalized:
+  decoded once more if the last pass did not cover it, every remaining word committed. Its audio
+  stays as context for the next utterance unless the silence lasts `context_gap_s`; then only
+  `preroll_s` of audio is kept.
+- Audio that arrives faster than it is decoded waits in the inbox and the next pass covers all
+  of it (coalescing); the buffer never exceeds one 30 s window (a pass on a buffer longer than
+  `max_buffer_s` commits up to its last closed segment whatever the policy says).
+- `flush()` (client commit, end of stream) finalizes everything received so far; `clear()`
+  forgets what was received and not yet committed.
+- Memory: the buffer (<= 30 s), the inbox (bounded by the caller) and the committed text.
+
+Threads: `append`/`flush`/`clear` may be called from any thread; `advance` and `decode` must
+be called by one caller at a time (`app.service.live.runner`), on worker threads. Events are
+passed to `on_event` from the thread that runs `advance`/`decode`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from app.engine.vad import SileroVad, VadStream
+from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.service.live.admission import AudioBuffer, Inbox
+from app.service.live.context import BufferContext
+from app.service.live.events import (
+    Finalized,
+    SpeechStarted,
+    SpeechStopped,
+    StreamEvent,
+    StreamStats,
+)
+from app.service.live.options import StreamingOptions
+from app.service.live.policy import make_policy
+from app.service.live.transcript import Transcript
+from app.service.live.units import LiveWord, split_units
+from app.service.live.window_pass import Pass, PassRequest, PassRunner
+from app.service.results import Stopwatch
+from app.service.transcriber import Transcriber
+
+log = logging.getLogger(__name__)
+
+ADMIT_SLICE = SAMPLE_RATE // 4  # audio is admitted (VAD + buffer) 0.25 s at a time
+FINAL_PASSES = 3  # most passes one finalization may take
+
+
+class StreamingSession:
+    """One live stream; see the module docstring."""
+
+    def __init__(
+        self,
+        transcriber: Transcriber,
+        options: StreamingOptions,
+        vad: SileroVad | None = None,
+        on_event: Callable[[StreamEvent], None] | None = None,
+    ) -> None:
+        if options.vad is not None and vad is None:
+            raise ValueError("options.vad is set but no VAD model was given")
+        self.transcriber = transcriber
+        self.tokenizer = transcriber.tokenizer
+        self.options = options
+        self.on_event = on_event or (lambda _e: None)
+        self.policy = make_policy(options.policy, options.edge_s)
+        self.passes = PassRunner(transcriber, options)
+        self._vad_model = vad if options.vad is not None else None
+        self._vad = VadStream(vad, options.vad) if self._vad_model is not None else None
+        self._prompt = (
+            tuple(self.tokenizer.encode(" " + options.prompt.strip())) if options.prompt else ()
+        )
+        self.inbox = Inbox()
+        self._buf = AudioBuffer(N_SAMPLES_PER_WINDOW + 2 * ADMIT_SLICE)
+        self.transcript = Transcript(self.on_event)
+        self.context = BufferContext(self._buf, self.transcript, self.tokenizer, options)
+
+        self._open = self._vad is None  # an utterance is being buffered
+        self._utterance_start = 0  # absolute sample where the open utterance's speech began
+        self._speech_end = 0  # absolute sample where the last utterance's speech ended
+        self._final_until: int | None = None  # finalize the buffer up to this sample
+        self._final_reason: str = "pause"
+        self._decoded_until = 0  # end (absolute sample) of the audio the last pass covered
+        self._previous: list[LiveWord] = []  # uncommitted words of the last pass
+        self._last_pass: Pass | None = None  # the last pass, while the buffer is unchanged
+        self._passes = 0
+        self._skipped = 0
+        self._decode = Stopwatch()
+
+    # ---- input (any thread) ----------------------------------------------------------------
+    def append(self, audio: np.ndarray) -> None:
+        """Queue f32 [N] 16 kHz audio (cheap; the work happens in `advance`/`decode`)."""
+        self.inbox.append(audio)
+
+    def flush(self) -> None:
+        """Finalize everything appended so far (client commit or end of stream)."""
+        self.inbox.mark_flush()
+
+    def clear(self) -> None:
+        """Forget the audio appended so far that is not committed yet."""
+        self.inbox.mark_clear()
+
+    @property
+    def language(self) -> str | None:
+        return self.passes.language
+
+    @property
+    def received_s(self) -> float:
+        return self.inbox.received / SAMPLE_RATE
+
+    @property
+    def inbox_s(self) -> float:
+        """Audio appended but not yet admitted (it waits for a pass when decoding lags)."""
+        return self.inbox.samples / SAMPLE_RATE
+
+    @property
+    def text(self) -> str:
+        """All committed text."""
+        return self.transcript.text
+
+    def stats(self) -> StreamStats:
+        return StreamStats(
+            received_s=self.received_s,
+            committed_words=self.transcript.n_words,
+            passes=self._passes,
+            skipped_passes=self._skipped,
+            decode_s=self._decode.total,
+            buffer_s=self._buf.length / SAMPLE_RATE,
+            inbox_s=self.inbox_s,
+        )
+
+    # ---- admission (VAD) -------------------------------------------------------------------
+    def advance(self) -> bool:
+        """Run VAD over queued audio and admit it into the buffer; True if a pass is due.
+
+        Stops early when the buffer is full (a pass must cut it first) or a finalization is due.
+        """
+        cleared = self.inbox.take_clear()
+        if cleared is not None:
+            self._drop_uncommitted()
+        while self._final_until is None:
+            room = self._buf.capacity - self._buf.length - ADMIT_SLICE
+            if self._open and room <= 0:
+                break
+            piece = self.inbox.take(ADMIT_SLICE)
+            if piece is None:
+                break
+            self._admit(piece)
+        flush = self._final_until is None and self.inbox.flush_due()
+        if flush and not self._request_final(self._buf.end, "flush", speech=self._open):
+            self.on_event(Finalized("flush"))
+        return self.decode_due()
+
+    def _admit(self, piece: np.ndarray) -> None:
+        self._buf.append(piece)
+        if self._vad is None:
+            return
+        vad = self.options.vad
+        assert vad is not None
+        preroll = round(self.options.preroll_s * SAMPLE_RATE)
+        for event in self._vad.feed(piece):
+            if event.kind == "start" and not self._open:
+                self._open = True
+                self._utterance_start = event.sample
+                self.on_event(SpeechStarted(round(event.sample / SAMPLE_RATE, 3)))
+                if self._nothing_to_keep():  # drop the silence before the preroll
+                    self._buf.drop_before(event.sample - preroll)
+                # the next pass is due `step_s` after the speech began, not after the pause
+                onset = min(max(event.sample - preroll, self._buf.start), self._buf.end)
+                self._decoded_until = max(self._decoded_until, onset)
+            elif event.kind == "end" and self._open:
+                self._open = False
+                self._speech_end = event.sample
+                self.on_event(SpeechStopped(round(event.sample / SAMPLE_RATE, 3)))
+                speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
+                pad = round(vad.speech_pad_s * SAMPLE_RATE)
+                if speech_s < vad.min_speech_s and not self._previous:
+                    log.debug("ignored %.2f s of speech (shorter than min_speech_s)", speech_s)
+                    self.on_event(Finalized("pause"))
+                elif not self._request_final(
+                    min(event.sample + pad, self._buf.end), "pause", speech=True
+                ):
+                    self.on_event(Finalized("pause"))
+        if not self._open and self._final_until is None:
+            gap = self._buf.end - max(self._speech_end, self._buf.start)
+            if self._nothing_to_keep() or gap > round(self.options.context_gap_s * SAMPLE_RATE):
+                if self.context.committed:
+                    log.debug("context dropped after %.1f s of silence", gap / SAMPLE_RATE)
+                self._buf.drop_before(self._buf.end - preroll)  # keep the preroll only
+                self.context.forget()
+                self._last_pass = None
+                self._decoded_until = max(self._decoded_until, self._buf.start)
+
+    def _drop_uncommitted(self) -> None:
+        """`clear()`: the buffer and the words not committed are gone; the VAD starts afresh."""
+        log.debug("cleared %.2f s of buffered audio", self._buf.length / SAMPLE_RATE)
+        self._buf.drop_before(self._buf.end)
+        self.context.forget()
+        self._previous, self._last_pass, self._final_until = [], None, None
+        self._decoded_until = self._buf.end
+        if self._vad is not None:
+            self._vad = VadStream(self._vad_model, self.options.vad)  # type: ignore[arg-type]
+            self._vad.position = self._buf.end
+            self._open = False
+        self.transcript.close_segment()
+        self.transcript.partial("")
+
+    def _nothing_to_keep(self) -> bool:
+        """The buffer holds no words (committed context or pending) worth keeping."""
+        return not self.context.committed and not self._previous and self._final_until is None
+
+    def _request_final(self, until: int, reason: str, *, speech: bool) -> bool:
+        """Finalize the buffer up to `until` at the next pass (if it may hold words); False
+        when there is nothing to finalize."""
+        if self._final_until is not None:
+            return True
+        if (speech and until > self._buf.start) or self._previous:
+            log.debug("finalize (%s) at %.2f s", reason, until / SAMPLE_RATE)
+            self._final_until = max(until, self._buf.start)
+            self._final_reason = reason
+            return True
+        return False
+
+    def decode_due(self) -> bool:
+        """A pass has work: a finalization, or `step_s` of new audio in an open utterance."""
+        if self._final_until is not None:
+            return True
+        if not self._open:
+            return False
+        new = self._buf.end - max(self._decoded_until, self._buf.start)
+        return new >= round(self.options.step_s * SAMPLE_RATE)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and no pass due."""
+        return self.inbox.samples == 0 and not self.decode_due() and not self.inbox.pending_marks
+
+    # ---- decoding (worker thread) ----------------------------------------------------------
+    def decode(self, cancel: threading.Event | None = None) -> None:
+        """Run the due pass (if any) and emit its events. Raises TranscriptionCancelled."""
+        if self._final_until is not None:
+            self._finalize(cancel)
+        elif self.decode_due():
+            self._step(cancel)
+
+    def _finalize(self, cancel: threading.Event | None) -> None:
+        """Commit every word up to `_final_until`; the audio stays as context for what follows
+        (VAD drops it after `context_gap_s` of silence; passes cut it at segment ends).
+
+        When the decoder stopped early (its text ends `STALL_S` before the audio does), the
+        buffer is cut after that text and the rest is decoded again (up to `FINAL_PASSES`)."""
+        until = self._final_until
+        assert until is not None
+        for attempt in range(FINAL_PASSES):
+            decoded = self._last_pass if attempt == 0 else None
+            words = list(self._previous) if attempt == 0 else []
+            stale = attempt > 0 or self._decoded_until < until
+            if stale and until - self._buf.start >= SAMPLE_RATE // 10:
+                fresh = self._run_pass(self._buf.view(until), cancel)
+                self._decoded_until = max(self._decoded_until, fresh.end)
+                if fresh.usable:
+                    decoded = fresh
+                    words = fresh.words[self.context.new_words_at(fresh.words) :]
+                # else: keep what the last good pass said
+            else:
+                log.debug("finalize without decoding: %d words", len(words))
+            self.transcript.commit(words)
+            self.context.committed = self.context.committed + words
+            self._previous = []
+            stalled = False
+            if decoded is not None and decoded.start == self._buf.start:
+                self.context.committed = list(decoded.words)
+                final_end_s = (until - decoded.start) / SAMPLE_RATE
+                stalled = self.context.settle(
+                    decoded, len(decoded.words), forced=False, final_end_s=final_end_s
+                ).stalled
+            self._last_pass = None
+            if not stalled or until - self._buf.start < SAMPLE_RATE // 2:
+                break
+            log.debug(
+                "finalize: decoding the %.2f s the decoder skipped",
+                (until - self._buf.start) / SAMPLE_RATE,
+            )
+        self._final_until = None
+        self.transcript.close_segment()
+        self.transcript.partial("")
+        self.on_event(Finalized(self._final_reason))  # type: ignore[arg-type]
+
+    def _step(self, cancel: threading.Event | None) -> None:
+        decoded = self._run_pass(self._buf.view(), cancel)
+        self._decoded_until = decoded.end
+        self._last_pass = None
+        forced = decoded.seconds > self.options.max_buffer_s
+        if not decoded.usable:
+            if forced:  # a full buffer that gives no words: settle what there is, move on
+                self.transcript.commit(self._previous)
+                self._previous = []
+                self.transcript.close_segment()
+                self._buf.drop_before(decoded.end)
+                self.context.forget()
+            self.transcript.partial(_joined(self._previous))
+            return
+        hyp = decoded.words
+        k = self.context.new_words_at(hyp)
+        new = hyp[k:]
+        agreed = self.policy.commit_count(new, self._previous, decoded.end / SAMPLE_RATE)
+        if forced:
+            # commit through the last closed segment that is not the pass's last segment
+            closed = [i for i, s in enumerate(decoded.segments[:-1]) if s.closed]
+            if closed:
+                upto = max((i + 1 for i, w in enumerate(hyp) if w.segment <= closed[-1]), default=k)
+                agreed = max(agreed, upto - k)
+        self.transcript.commit(new[:agreed])
+        self.context.committed = hyp[: k + agreed]
+        self._previous = new[agreed:]
+        self._last_pass = decoded
+        if self.context.settle(decoded, k + agreed, forced=forced).cut:
+            self._last_pass = None
+        if forced and self._buf.length > round(self.options.max_buffer_s * SAMPLE_RATE):
+            # no segment boundary to cut at: commit the whole pass and start afresh
+            log.info("buffer of %.1f s has no committed segment end: committing it",
+                     decoded.seconds)  # fmt: skip
+            self.transcript.commit(self._previous)
+            self._previous = []
+            self.context.forget()
+            self._last_pass = None
+            self.transcript.close_segment()
+            self._buf.drop_before(decoded.end)
+        self.transcript.partial(_joined(self._previous))
+
+    def _run_pass(self, audio: np.ndarray, cancel: threading.Event | None) -> Pass:
+        """Decode the buffer's audio (up to some end); the committed closed segments are forced
+        as a prefix (not decoded again)."""
+        prefix, prefix_words = self.context.prefix_tokens()
+        prompt = self._prompt + self.context.committed_prompt()
+        skip = max(len(self.context.committed) - prefix_words, 0)
+        request = PassRequest(audio, self._buf.start, prompt, prefix)
+        with self._decode:
+            decoded = self.passes.run(request, self._live_partial(skip), cancel)
+        self._passes += 1
+        self._skipped += decoded.result is None or decoded.result.looped
+        return decoded
+
+    def _live_partial(self, skip: int) -> Callable[[int], None]:
+        """on_token for a pass: the text decoded so far, minus `skip` committed words."""
+        tok = self.tokenizer
+        tokens: list[int] = []
+
+        def on_token(token: int) -> None:
+            if token >= tok.eot:
+                return
+            tokens.append(token)
+            text = tok.decode(tokens)
+            if text.endswith("\ufffd"):
+                return
+            units = split_units(text)
+            if len(units) > skip:
+                self.transcript.partial("".join(units[skip:]))
+
+        return on_token
+
+
+def _joined(words: Sequence[LiveWord]) -> str:
+    return "".join(w.text for w in words)

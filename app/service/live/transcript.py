@@ -1,0 +1,70 @@
+"""What a live session has told its client: committed text, closed segments, the partial.
+
+Committed text is append-only; each commit becomes a `CommittedText` event, each closed stretch
+a `StreamSegment`, and the unstable tail a `PartialText` (sent only when it changed).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from app.service.live.events import CommittedText, PartialText, StreamEvent, StreamSegment
+from app.service.live.units import LiveWord, is_cjk
+
+
+class Transcript:
+    def __init__(self, on_event: Callable[[StreamEvent], None]) -> None:
+        self.on_event = on_event
+        self.end = 0.0  # stream seconds where the committed text ends
+        self.recent: deque[LiveWord] = deque(maxlen=5)  # the last committed words
+        self.n_words = 0
+        self._text: list[str] = []
+        self._segment_words: list[LiveWord] = []  # committed since the last StreamSegment
+        self._segment_id = 0
+        self._partial = ""
+
+    @property
+    def text(self) -> str:
+        """All committed text."""
+        return "".join(self._text).strip()
+
+    @property
+    def empty(self) -> bool:
+        return not self._text
+
+    def tail(self, chars: int) -> str:
+        return "".join(self._text)[-chars:]
+
+    def commit(self, words: Sequence[LiveWord]) -> None:
+        if not words:
+            return
+        text = "".join(w.text for w in words)
+        if not self._text:
+            text = text.lstrip()
+        elif not text[:1].isspace() and not is_cjk(text[:1]):
+            text = " " + text
+        start = max(words[0].start, self.end)
+        end = max(words[-1].end, start)
+        self.end = end
+        self.recent.extend(words)
+        self._text.append(text)
+        self.n_words += len(words)
+        self._segment_words.extend(words)
+        self.on_event(CommittedText(text, round(start, 3), round(end, 3)))
+
+    def close_segment(self) -> None:
+        if not self._segment_words:
+            return
+        words = self._segment_words
+        text = "".join(w.text for w in words).strip()
+        start = round(words[0].start, 3)
+        end = round(max(words[-1].end, words[0].start), 3)
+        self.on_event(StreamSegment(self._segment_id, start, end, text))
+        self._segment_id += 1
+        self._segment_words = []
+
+    def partial(self, text: str) -> None:
+        if text != self._partial:
+            self._partial = text
+            self.on_event(PartialText(text))
