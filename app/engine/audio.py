@@ -29,7 +29,7 @@ from app.runtime.contract import SAMPLE_RATE
 logger = logging.getLogger(__name__)
 
 AudioSource = bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryIO
-PcmEncoding = Literal["pcm_s16le", "pcm_f32le"]
+PcmEncoding = Literal["pcm_s16le", "pcm_f32le", "g711_ulaw", "g711_alaw"]
 
 RESAMPLE_QUALITY = "HQ"
 # quiet input is lifted for the model (see `lift_quiet`)
@@ -157,16 +157,23 @@ def resample(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
 def pcm_to_float(data: bytes | bytearray | memoryview, encoding: PcmEncoding) -> np.ndarray:
     """Convert raw little-endian mono PCM bytes to f32 [N] samples in [-1, 1].
 
-    `pcm_s16le`: 2 bytes per sample, scaled by 1/32768; `pcm_f32le`: 4 bytes per sample.
+    `pcm_s16le`: 2 bytes per sample, scaled by 1/32768; `pcm_f32le`: 4 bytes per sample;
+    `g711_ulaw` / `g711_alaw`: 1 byte per sample (ITU-T G.711 µ-law / A-law, as telephone audio
+    is sent), expanded to the 16-bit value the code stands for and scaled by 1/32768.
     Empty input gives an empty array. A byte count that is not a whole number of samples, or
     NaN/infinite float samples, raise `AudioDecodeError`.
     """
+    if encoding in _G711_TABLES:
+        return _G711_TABLES[encoding][np.frombuffer(data, dtype=np.uint8)]  # a new array
     if encoding == "pcm_s16le":
         width, dtype = 2, np.dtype("<i2")
     elif encoding == "pcm_f32le":
         width, dtype = 4, np.dtype("<f4")
     else:
-        raise ValueError(f"unknown PCM encoding {encoding!r}: use 'pcm_s16le' or 'pcm_f32le'")
+        raise ValueError(
+            f"unknown PCM encoding {encoding!r}: use 'pcm_s16le', 'pcm_f32le', 'g711_ulaw' or "
+            "'g711_alaw'"
+        )
     size = memoryview(data).nbytes
     if size % width:
         raise AudioDecodeError(
@@ -179,6 +186,39 @@ def pcm_to_float(data: bytes | bytearray | memoryview, encoding: PcmEncoding) ->
     audio = samples.astype(np.float32)  # native byte order, writable copy
     _check_finite(audio)
     return audio
+
+
+def _ulaw_table() -> np.ndarray:
+    """f32 [256]: the value of each G.711 µ-law code, as a 16-bit sample / 32768.
+
+    A code is stored inverted; once flipped, bit 7 is the sign (1 = negative), bits 6-4 the
+    segment s and bits 3-0 the mantissa m, and the magnitude is ((2m + 33) << s) - 33 in 14-bit
+    units (x4 for 16 bits: (((m << 3) + 0x84) << s) - 0x84). Range -32124..32124; 0xFF is 0.
+    """
+    code = ~np.arange(256, dtype=np.int32) & 0xFF
+    magnitude = ((((code & 0x0F) << 3) + 0x84) << ((code & 0x70) >> 4)) - 0x84
+    value = np.where(code & 0x80, -magnitude, magnitude)
+    return (value / 32768.0).astype(np.float32)
+
+
+def _alaw_table() -> np.ndarray:
+    """f32 [256]: the value of each G.711 A-law code, as a 16-bit sample / 32768.
+
+    A code is stored with its even bits inverted (XOR 0x55); then bit 7 is the sign (1 =
+    positive), bits 6-4 the segment s and bits 3-0 the mantissa m. The magnitude in 13-bit units
+    is 2m + 1 for s = 0 and (2m + 33) << (s - 1) above, x8 for 16 bits. Range -32256..32256.
+    """
+    code = np.arange(256, dtype=np.int32) ^ 0x55
+    mantissa = (code & 0x0F) << 4
+    segment = (code & 0x70) >> 4
+    magnitude = np.where(
+        segment == 0, mantissa + 8, (mantissa + 0x108) << np.maximum(segment - 1, 0)
+    )
+    value = np.where(code & 0x80, magnitude, -magnitude)
+    return (value / 32768.0).astype(np.float32)
+
+
+_G711_TABLES: dict[str, np.ndarray] = {"g711_ulaw": _ulaw_table(), "g711_alaw": _alaw_table()}
 
 
 def _read(

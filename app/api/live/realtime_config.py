@@ -1,0 +1,357 @@
+"""The configuration of a Realtime transcription session, and how client updates change it.
+
+`RealtimeConfig` is the effective setting. `apply_ga` (GA `session.update`) and `apply_beta`
+(beta `transcription_session.update`) change only the fields an update names and return
+(new config, [ProtocolError]). An invalid value anywhere (wrong type, out of range, a session type
+other than "transcription") rejects the whole update: the old config comes back with
+`invalid_value` errors. A setting OpenAI has but we do not support (noise reduction, semantic VAD,
+logprobs, ...) gives an `unsupported_field` error, an unknown key `unknown_parameter`, and the rest
+is applied. Params are dotted paths ("session.audio.input.turn_detection.threshold").
+`session_ga` / `session_beta` give the session object the server reports. Model names and
+languages are only type-checked here: whether the server has them is the caller's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal
+
+from app.api.live.realtime_events import ProtocolError, json_type
+
+AudioFormat = Literal["audio/pcm", "audio/pcmu", "audio/pcma"]
+Encoding = Literal["pcm_s16le", "g711_ulaw", "g711_alaw"]  # as app.engine.audio names them
+FORMATS: tuple[AudioFormat, ...] = ("audio/pcm", "audio/pcmu", "audio/pcma")
+ENCODINGS: dict[str, Encoding] = {
+    "audio/pcm": "pcm_s16le",
+    "audio/pcmu": "g711_ulaw",
+    "audio/pcma": "g711_alaw",
+}
+BETA_FORMATS: dict[str, AudioFormat] = {
+    "pcm16": "audio/pcm",
+    "g711_ulaw": "audio/pcmu",
+    "g711_alaw": "audio/pcma",
+}
+OPENAI_RATE = 24000  # the only PCM rate OpenAI accepts
+G711_RATE = 8000
+MIN_RATE, MAX_RATE = 8000, 192000  # PCM rates we accept (an extension)
+LOGPROBS = "item.input_audio_transcription.logprobs"
+TOLERATED = frozenset({"object", "id", "expires_at", "client_secret"})  # echoes of what we send
+
+_TURN_LIMITS = {
+    "threshold": (0.0, 1.0),
+    "prefix_padding_ms": (0, 2000),
+    "silence_duration_ms": (100, 10000),
+}
+_NO_RESPONSES = "does not apply to a transcription session (it creates no responses); ignored"
+_GA_TURN_UNSUPPORTED = {
+    "create_response": _NO_RESPONSES,
+    "interrupt_response": _NO_RESPONSES,
+    "idle_timeout_ms": "is not supported and is ignored",
+    "eagerness": "is for semantic_vad, which is not supported; ignored",
+}
+_BETA_TURN_UNSUPPORTED = {k: v for k, v in _GA_TURN_UNSUPPORTED.items() if k != "idle_timeout_ms"}
+_GA_TRANSCRIPTION_UNSUPPORTED = {
+    "delay": "is not supported and is ignored; text is sent as soon as it is transcribed",
+    "keywords": "is not supported and is ignored; name the words in `prompt` instead",
+    "languages": "is not supported and is ignored; set `language`, or null to detect it",
+}
+
+
+def _turn_problem(name: str, value: Any) -> str | None:
+    """Why `value` cannot be the turn-detection setting `name`, or None when it can."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"must be a number, not {json_type(value)}"
+    low, high = _TURN_LIMITS[name]
+    if not low <= value <= high:  # NaN fails too
+        return f"must be between {low:g} and {high:g}, not {value!r}"
+    if name != "threshold" and not float(value).is_integer():
+        return f"must be a whole number of milliseconds, not {value!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """Server VAD: the caller cuts turns where speech stops."""
+
+    threshold: float = 0.5  # speech probability, 0..1
+    prefix_padding_ms: int = 300  # audio kept before the detected start of speech
+    silence_duration_ms: int = 500  # this much silence ends a turn
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            problem = _turn_problem(field.name, getattr(self, field.name))
+            if problem:
+                raise ValueError(f"turn_detection.{field.name} {problem}")
+
+
+@dataclass(frozen=True)
+class RealtimeConfig:
+    """The effective settings of one transcription session."""
+
+    model: str | None = None  # None: the server's default
+    language: str | None = None  # None: detected
+    prompt: str | None = None
+    format: AudioFormat = "audio/pcm"
+    rate: int = OPENAI_RATE  # forced to 8000 for G.711
+    turn_detection: TurnDetection | None = TurnDetection()  # None: the client commits turns
+    noise_reduction: None = None
+    logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
+        if self.format != "audio/pcm":
+            object.__setattr__(self, "rate", G711_RATE)
+        elif _rate_problem(self.rate):
+            raise ValueError(f"rate {_rate_problem(self.rate)}")
+
+    @property
+    def encoding(self) -> Encoding:
+        """The `app.engine.audio.pcm_to_float` encoding of the session's audio."""
+        return ENCODINGS[self.format]
+
+
+def _rate_problem(rate: Any) -> str | None:
+    if isinstance(rate, bool) or not isinstance(rate, int):
+        return f"must be an integer number of Hz, not {json_type(rate)}"
+    if not MIN_RATE <= rate <= MAX_RATE:
+        return f"must be between {MIN_RATE} and {MAX_RATE} Hz (OpenAI uses 24000), not {rate}"
+    return None
+
+
+class _Update:
+    """What one session update asks for: the changes, the errors that reject it, the others."""
+
+    def __init__(self, config: RealtimeConfig, event_id: str | None) -> None:
+        self.config = config
+        self.event_id = event_id
+        self.changes: dict[str, Any] = {}
+        self.invalid: list[ProtocolError] = []
+        self.ignored: list[ProtocolError] = []
+
+    def invalid_value(self, param: str, problem: str) -> None:
+        message = f"'{param}' {problem}"
+        self.invalid.append(ProtocolError(message, "invalid_value", param, self.event_id))
+
+    def unsupported(self, param: str, message: str) -> None:
+        self.ignored.append(ProtocolError(message, "unsupported_field", param, self.event_id))
+
+    def unknown(self, param: str) -> None:
+        message = f"unknown parameter '{param}' for a transcription session; it is ignored"
+        self.ignored.append(ProtocolError(message, "unknown_parameter", param, self.event_id))
+
+    def as_object(self, value: Any, param: str) -> dict[str, Any]:
+        """`value` when it is a JSON object; else an error and {}."""
+        if isinstance(value, dict):
+            return value
+        self.invalid_value(param, f"must be an object, not {json_type(value)}")
+        return {}
+
+    def result(self) -> tuple[RealtimeConfig, list[ProtocolError]]:
+        if self.invalid:
+            return self.config, self.invalid
+        return replace(self.config, **self.changes), self.ignored
+
+
+def apply_ga(
+    config: RealtimeConfig, session: dict[str, Any], *, event_id: str | None = None
+) -> tuple[RealtimeConfig, list[ProtocolError]]:
+    """Apply a GA `session.update`'s `session` (see the module doc); errors carry `event_id`."""
+    up = _Update(config, event_id)
+    for key, value in up.as_object(session, "session").items():
+        param = f"session.{key}"
+        if key == "type":
+            _session_type(up, value, param)
+        elif key == "audio":
+            for sub, audio in up.as_object(value, param).items():
+                if sub == "input":
+                    _ga_input(up, audio, f"{param}.input")
+                else:  # "output": a transcription session has no audio output
+                    up.unknown(f"{param}.{sub}")
+        elif key == "include":
+            _include(up, value, param)
+        elif key not in TOLERATED:
+            up.unknown(param)
+    return up.result()
+
+
+def apply_beta(
+    config: RealtimeConfig, session: dict[str, Any], *, event_id: str | None = None
+) -> tuple[RealtimeConfig, list[ProtocolError]]:
+    """Apply the `session` of a beta `transcription_session.update`; see `apply_ga`."""
+    up = _Update(config, event_id)
+    for key, value in up.as_object(session, "session").items():
+        param = f"session.{key}"
+        if key == "input_audio_format":
+            if isinstance(value, str) and value in BETA_FORMATS:
+                fmt = BETA_FORMATS[value]
+                up.changes["format"] = fmt
+                up.changes["rate"] = OPENAI_RATE if fmt == "audio/pcm" else G711_RATE
+            else:
+                up.invalid_value(param, f"must be one of {', '.join(BETA_FORMATS)}, not {value!r}")
+        elif key == "input_audio_transcription":
+            _transcription(up, value, param, {})
+        elif key == "turn_detection":
+            _turn_detection(up, value, param, _BETA_TURN_UNSUPPORTED)
+        elif key == "input_audio_noise_reduction":
+            _noise_reduction(up, value, param)
+        elif key == "include":
+            _include(up, value, param)
+        elif key == "modalities":
+            if value is not None:
+                up.unsupported(param, "modalities do not apply to a transcription session; ignored")
+        elif key == "type":
+            _session_type(up, value, param)
+        elif key not in TOLERATED:
+            up.unknown(param)
+    return up.result()
+
+
+def _session_type(up: _Update, value: Any, param: str) -> None:
+    if value != "transcription":
+        up.invalid_value(param, f"must be 'transcription' (this endpoint), not {value!r}")
+
+
+def _ga_input(up: _Update, value: Any, param: str) -> None:
+    for key, setting in up.as_object(value, param).items():
+        path = f"{param}.{key}"
+        if key == "format":
+            _ga_format(up, setting, path)
+        elif key == "transcription":
+            _transcription(up, setting, path, _GA_TRANSCRIPTION_UNSUPPORTED)
+        elif key == "turn_detection":
+            _turn_detection(up, setting, path, _GA_TURN_UNSUPPORTED)
+        elif key == "noise_reduction":
+            _noise_reduction(up, setting, path)
+        else:
+            up.unknown(path)
+
+
+def _ga_format(up: _Update, value: Any, param: str) -> None:
+    fmt = up.as_object(value, param)
+    kind = fmt.get("type", "audio/pcm")
+    if kind not in FORMATS:
+        up.invalid_value(f"{param}.type", f"must be one of {', '.join(FORMATS)}, not {kind!r}")
+        return
+    rate = fmt.get("rate", OPENAI_RATE if kind == "audio/pcm" else G711_RATE)
+    if kind == "audio/pcm" and _rate_problem(rate):
+        up.invalid_value(f"{param}.rate", str(_rate_problem(rate)))
+    elif kind != "audio/pcm" and rate != G711_RATE:
+        up.invalid_value(f"{param}.rate", f"must be 8000 for {kind} (G.711), not {rate!r}")
+    for key in fmt:
+        if key not in ("type", "rate"):
+            up.unknown(f"{param}.{key}")
+    up.changes.update(format=kind, rate=rate)  # G.711: 8000, checked above
+
+
+def _transcription(up: _Update, value: Any, param: str, unsupported: dict[str, str]) -> None:
+    if value is None:
+        up.unsupported(
+            param, "transcription cannot be turned off in a transcription session; kept as it was"
+        )
+        return
+    for key, setting in up.as_object(value, param).items():
+        path = f"{param}.{key}"
+        if key in ("model", "language", "prompt"):
+            if setting is None or isinstance(setting, str):
+                up.changes[key] = setting or None  # "" means unset, as null does
+            else:
+                up.invalid_value(path, f"must be a string or null, not {json_type(setting)}")
+        elif key in unsupported:
+            if setting is not None:
+                up.unsupported(path, f"{key} {unsupported[key]}")
+        else:
+            up.unknown(path)
+
+
+def _turn_detection(up: _Update, value: Any, param: str, unsupported: dict[str, str]) -> None:
+    if value is None:
+        up.changes["turn_detection"] = None
+        return
+    base = up.config.turn_detection or TurnDetection()
+    values: dict[str, Any] = {f.name: getattr(base, f.name) for f in fields(TurnDetection)}
+    for key, setting in up.as_object(value, param).items():
+        path = f"{param}.{key}"
+        if key == "type":
+            if setting == "semantic_vad":
+                up.unsupported(path, "semantic_vad is not supported; using server_vad")
+            elif setting not in ("server_vad", None):
+                up.invalid_value(path, f"must be 'server_vad' or 'semantic_vad', not {setting!r}")
+        elif key in _TURN_LIMITS:
+            problem = _turn_problem(key, setting)
+            if problem:
+                up.invalid_value(path, problem)
+            else:
+                values[key] = float(setting) if key == "threshold" else int(setting)
+        elif key in unsupported:
+            if setting is not None and setting is not False:
+                up.unsupported(path, f"{key} {unsupported[key]}")
+        else:
+            up.unknown(path)
+    up.changes["turn_detection"] = TurnDetection(**values)
+
+
+def _noise_reduction(up: _Update, value: Any, param: str) -> None:
+    if isinstance(value, dict):
+        up.unsupported(param, "noise_reduction is not supported and is ignored (it stays off)")
+    elif value is not None:
+        up.invalid_value(param, f"must be an object or null, not {json_type(value)}")
+
+
+def _include(up: _Update, value: Any, param: str) -> None:
+    if value is not None and not isinstance(value, list):
+        up.invalid_value(param, f"must be an array or null, not {json_type(value)}")
+    for item in value if isinstance(value, list) else []:
+        if item == LOGPROBS:
+            up.unsupported(param, f"{LOGPROBS} is not supported; transcripts come without them")
+        else:
+            up.invalid_value(param, f"may only hold {LOGPROBS!r}, not {item!r}")
+
+
+# --- what the server reports ---------------------------------------------------------------
+
+
+def _turn_detection_dict(config: RealtimeConfig) -> dict[str, Any] | None:
+    td = config.turn_detection
+    return None if td is None else {"type": "server_vad", **asdict(td)}
+
+
+def _transcription_dict(config: RealtimeConfig) -> dict[str, Any]:
+    return {"model": config.model, "language": config.language, "prompt": config.prompt}
+
+
+def session_ga(config: RealtimeConfig, session_id: str) -> dict[str, Any]:
+    """The GA session object (`session.created` / `.updated`). A PCM rate other than 24000 (our
+    extension) is reported as it is, though the `openai` type allows only 24000 (unchecked)."""
+    fmt = {"type": config.format} | ({"rate": config.rate} if config.format == "audio/pcm" else {})
+    return {
+        "type": "transcription",
+        "id": session_id,
+        "object": "realtime.transcription_session",
+        "audio": {
+            "input": {
+                "format": fmt,
+                "transcription": _transcription_dict(config),
+                "turn_detection": _turn_detection_dict(config),
+                "noise_reduction": None,
+            }
+        },
+        "include": [LOGPROBS] if config.logprobs else [],
+    }
+
+
+def session_beta(config: RealtimeConfig, session_id: str) -> dict[str, Any]:
+    """The beta transcription session object (`transcription_session.updated`).
+
+    The beta format names carry no rate (pcm16 is 24 kHz), so none is reported.
+    """
+    beta_format = {fmt: name for name, fmt in BETA_FORMATS.items()}[config.format]
+    return {
+        "id": session_id,
+        "object": "realtime.transcription_session",
+        "input_audio_format": beta_format,
+        "input_audio_transcription": _transcription_dict(config),
+        "turn_detection": _turn_detection_dict(config),
+        "input_audio_noise_reduction": None,
+        "include": [LOGPROBS] if config.logprobs else [],
+    }
