@@ -27,7 +27,7 @@ from app.api import metrics as metrics_api
 from app.api.deps import Readiness
 from app.api.errors import install_error_handlers
 from app.api.limits import UploadLimitMiddleware
-from app.api.live import audio_stream, page
+from app.api.live import audio_stream, page, realtime
 from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, models
 from app.config import Settings
@@ -40,7 +40,16 @@ from app.service.transcriber import TranscriptionOptions
 
 log = logging.getLogger(__name__)
 
-OPENAI_MODEL_ALIASES = ("whisper-1",)  # names OpenAI clients send by default -> default model
+# names OpenAI clients send by default (REST, Realtime) -> the default model
+OPENAI_MODEL_ALIASES = (
+    "whisper-1",
+    "gpt-4o-transcribe",
+    "gpt-4o-mini-transcribe",
+    "gpt-4o-mini-transcribe-2025-12-15",
+    "gpt-transcribe",
+    "gpt-live-transcribe",
+    "gpt-realtime-whisper",
+)
 UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 SHUTDOWN_DRAIN_S = 30.0  # most time shutdown waits for running (already cancelled) jobs
 STREAM_DRAIN_S = 15.0  # most time a signal waits for live sessions to end before shutdown
@@ -244,6 +253,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(audio.router)
     app.include_router(metrics_api.router)
     app.include_router(audio_stream.router)  # WebSocket /v1/audio/stream
+    app.include_router(realtime.router)  # WebSocket /v1/realtime (OpenAI Realtime)
     app.include_router(page.router)  # the page at /
     app.include_router(docs_api.router)  # /openapi.json, /docs
     log.info(

@@ -181,3 +181,45 @@ def drums(rng: np.random.Generator, n: int, bpm: float = 120.0) -> np.ndarray:
         out[at : at + beat // 2] += hat
         out[at + beat // 2 : at + beat] += hat
     return out[:n]
+
+
+# --- reference encoders (ITU-T G.711, as in the classic Sun g711.c) ------------------------
+
+
+def _segment(value: int, ends: tuple[int, ...]) -> int:
+    return next((i for i, end in enumerate(ends) if value <= end), len(ends))
+
+
+def ulaw_encode(sample: int) -> int:
+    """One 16-bit sample -> its µ-law code."""
+    value = sample >> 2  # 14 bits
+    mask = 0x7F if value < 0 else 0xFF
+    value = min(abs(value), 8159) + 0x21  # clip, add the bias
+    seg = _segment(value, (0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF))
+    if seg >= 8:
+        return 0x7F ^ mask
+    return ((seg << 4) | ((value >> (seg + 1)) & 0x0F)) ^ mask
+
+
+def alaw_encode(sample: int) -> int:
+    """One 16-bit sample -> its A-law code."""
+    value = sample >> 3  # 13 bits
+    if value >= 0:
+        mask = 0xD5
+    else:
+        mask, value = 0x55, -value - 1
+    seg = _segment(value, (0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF))
+    if seg >= 8:
+        return 0x7F ^ mask
+    shift = 1 if seg < 2 else seg
+    return ((seg << 4) | ((value >> shift) & 0x0F)) ^ mask
+
+
+G711_ENCODERS = {"g711_ulaw": ulaw_encode, "g711_alaw": alaw_encode}
+
+
+def g711_encode(audio: np.ndarray, encoding: str) -> bytes:
+    """f32/f64 [N] in [-1, 1] -> G.711 bytes (`encoding` "g711_ulaw" or "g711_alaw")."""
+    samples = np.clip(np.round(np.asarray(audio) * 32767.0), -32768, 32767).astype(int)
+    encode = G711_ENCODERS[encoding]
+    return bytes(encode(int(x)) for x in samples)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from app.engine.audio import pcm_to_float
+from tests.media import G711_ENCODERS
 
 
 def _audioop() -> ModuleType | None:
@@ -28,41 +29,6 @@ def _audioop() -> ModuleType | None:
 
 AUDIOOP = _audioop()
 ALL_CODES = bytes(range(256))
-
-
-# --- reference encoders (ITU-T G.711, as in the classic Sun g711.c) ------------------------
-
-
-def _segment(value: int, ends: tuple[int, ...]) -> int:
-    return next((i for i, end in enumerate(ends) if value <= end), len(ends))
-
-
-def ulaw_encode(sample: int) -> int:
-    """One 16-bit sample -> its µ-law code."""
-    value = sample >> 2  # 14 bits
-    mask = 0x7F if value < 0 else 0xFF
-    value = min(abs(value), 8159) + 0x21  # clip, add the bias
-    seg = _segment(value, (0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF))
-    if seg >= 8:
-        return 0x7F ^ mask
-    return ((seg << 4) | ((value >> (seg + 1)) & 0x0F)) ^ mask
-
-
-def alaw_encode(sample: int) -> int:
-    """One 16-bit sample -> its A-law code."""
-    value = sample >> 3  # 13 bits
-    if value >= 0:
-        mask = 0xD5
-    else:
-        mask, value = 0x55, -value - 1
-    seg = _segment(value, (0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF))
-    if seg >= 8:
-        return 0x7F ^ mask
-    shift = 1 if seg < 2 else seg
-    return ((seg << 4) | ((value >> shift) & 0x0F)) ^ mask
-
-
-ENCODERS = {"g711_ulaw": ulaw_encode, "g711_alaw": alaw_encode}
 
 
 # --- the tables --------------------------------------------------------------------------
@@ -112,7 +78,7 @@ def test_tables_are_odd_monotonic_and_in_range(encoding: str) -> None:
 def test_reference_encoder_round_trips_every_code(encoding: str) -> None:
     """Each code's value encodes back to the same code (µ-law's two zeros to one of them)."""
     values = np.round(pcm_to_float(ALL_CODES, encoding) * 32768).astype(int)
-    back = bytes(ENCODERS[encoding](int(v)) for v in values)
+    back = bytes(G711_ENCODERS[encoding](int(v)) for v in values)
     if encoding == "g711_ulaw":
         back = back.replace(b"\xff", b"\x7f")
         expected = ALL_CODES.replace(b"\xff", b"\x7f")
@@ -126,7 +92,7 @@ def test_tone_decodes_within_quantisation_error(encoding: str) -> None:
     rate = 8000
     t = np.arange(rate) / rate
     tone = np.round(20000 * np.sin(2 * np.pi * 440 * t) * np.linspace(0.01, 1, rate))
-    codes = bytes(ENCODERS[encoding](int(s)) for s in tone.astype(int))
+    codes = bytes(G711_ENCODERS[encoding](int(s)) for s in tone.astype(int))
     decoded = pcm_to_float(codes, encoding).astype(np.float64) * 32768
     assert decoded.shape == tone.shape
     # half a step: the steps double each segment, 1/16 of the segment's span (about |x| / 16)

@@ -9,6 +9,7 @@ context (`context`) and what the client has been told (`transcript`).
 from app.engine.audio import AudioDecodeError
 from app.engine.vad import SileroVad, VadOptions
 from app.service.live.events import (
+    BufferCleared,
     CommittedText,
     Finalized,
     PartialText,
@@ -27,6 +28,7 @@ __all__ = [
     "ENCODINGS",
     "POLICIES",
     "AudioDecodeError",
+    "BufferCleared",
     "CommittedText",
     "Finalized",
     "LimitExceeded",

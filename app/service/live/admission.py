@@ -18,74 +18,101 @@ import numpy as np
 
 
 class Inbox:
-    """Audio appended (any thread) and not yet admitted; counts in samples."""
+    """Audio appended (any thread) and not yet admitted; counts in samples, positions are
+    absolute samples of the stream (cleared audio included).
+
+    Flush marks queue up (each client commit is answered once); a piece taken never crosses
+    the next one. A clear drops the audio after the last flush mark (committed audio is still
+    transcribed); the next piece then starts later than the last one ended, which tells the
+    session where the stream goes on.
+    """
 
     def __init__(self) -> None:
-        self._pieces: deque[np.ndarray] = deque()
+        self._pieces: deque[tuple[int, np.ndarray]] = deque()  # (absolute start, f32 [n])
         self._lock = threading.Lock()
         self.samples = 0  # waiting
         self.received = 0  # appended in total
-        self._flush_at: int | None = None
-        self._clear_at: int | None = None
+        self._flushes: deque[int] = deque()  # absolute samples, ascending
+        self._clear_at: int | None = None  # the stream goes on here after a clear
+        self._clears = 0  # clears asked for since the session last took them
 
     def append(self, audio: np.ndarray) -> None:
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if not audio.shape[0]:
             return
         with self._lock:
-            self._pieces.append(audio)
+            self._pieces.append((self.received, audio))
             self.samples += audio.shape[0]
             self.received += audio.shape[0]
 
     def mark_flush(self) -> None:
         """Everything received so far is to be finalized once admitted."""
         with self._lock:
-            self._flush_at = self.received
+            if not self._flushes or self._flushes[-1] < self.received:
+                self._flushes.append(self.received)
 
     def mark_clear(self) -> None:
-        """Everything received so far is to be dropped (the waiting audio at once)."""
+        """Everything received after the last flush mark is to be dropped: the waiting audio
+        at once; what the session admitted, once it took the flush marks (`take_clear`)."""
         with self._lock:
-            self._pieces.clear()
-            self.samples = 0
+            keep_until = self._flushes[-1] if self._flushes else 0
+            kept: deque[tuple[int, np.ndarray]] = deque()
+            for start, piece in self._pieces:
+                if start < keep_until:
+                    kept.append((start, piece[: keep_until - start]))
+            self._pieces = kept
+            self.samples = sum(p.shape[0] for _, p in kept)
             self._clear_at = self.received
-            self._flush_at = None
+            self._clears += 1
 
     @property
-    def admitted(self) -> int:
-        return self.received - self.samples
+    def position(self) -> int:
+        """Where the next waiting sample is (the end of the stream when none waits)."""
+        with self._lock:
+            return self._pieces[0][0] if self._pieces else self.received
 
-    def take(self, n: int) -> np.ndarray | None:
-        """Up to `n` samples from the front, None when empty."""
+    def take(self, n: int) -> tuple[int, np.ndarray] | None:
+        """Up to `n` samples from the front and where they start; None when empty. A piece
+        never crosses a flush mark: the audio after it waits until the flush is taken."""
         with self._lock:
             if not self._pieces:
                 return None
-            first = self._pieces[0]
+            start, first = self._pieces[0]
+            if self._flushes:
+                n = min(n, self._flushes[0] - start)
+            if n <= 0:
+                return None
             if first.shape[0] <= n:
                 self._pieces.popleft()
                 piece = first
             else:
                 piece = first[:n]
-                self._pieces[0] = first[n:]
+                self._pieces[0] = (start + n, first[n:])
             self.samples -= piece.shape[0]
-            return piece
+            return start, piece
 
-    def take_clear(self) -> int | None:
-        """The pending clear mark (absolute sample), consumed."""
+    def take_clear(self) -> tuple[int, int] | None:
+        """(where the stream goes on, how many clears) once every flush mark before the clear
+        was taken; None when no clear is due. Consumed."""
         with self._lock:
-            mark, self._clear_at = self._clear_at, None
-            return mark
+            if self._clear_at is None or self._flushes:
+                return None
+            due = (self._clear_at, self._clears)
+            self._clear_at, self._clears = None, 0
+            return due
 
     def flush_due(self) -> bool:
-        """A flush mark is pending and everything before it was admitted (consumes it)."""
+        """The next flush mark was reached: everything before it was admitted (consumed)."""
         with self._lock:
-            due = self._flush_at is not None and self.admitted >= self._flush_at
+            position = self._pieces[0][0] if self._pieces else self.received
+            due = bool(self._flushes) and position >= self._flushes[0]
             if due:
-                self._flush_at = None
+                self._flushes.popleft()
             return due
 
     @property
     def pending_marks(self) -> bool:
-        return self._flush_at is not None or self._clear_at is not None
+        return bool(self._flushes) or self._clear_at is not None
 
 
 class AudioBuffer:
@@ -110,6 +137,10 @@ class AudioBuffer:
             raise OverflowError(f"audio buffer full ({self.length} + {n} > {self.capacity})")
         self._data[self.length : self.length + n] = audio
         self.length += n
+
+    def restart(self, sample: int) -> None:
+        """Forget everything; the next audio starts at absolute `sample`."""
+        self.start, self.length = sample, 0
 
     def drop_before(self, sample: int) -> None:
         """Forget the audio before absolute `sample`."""

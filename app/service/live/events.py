@@ -54,8 +54,20 @@ class Finalized:
     reason: Literal["pause", "flush"]
 
 
+@dataclass(frozen=True)
+class BufferCleared:
+    """`clear()` took effect: what was not committed is gone (text committed before this event
+    came from audio received before the clear)."""
+
+
 StreamEvent = (
-    PartialText | CommittedText | StreamSegment | SpeechStarted | SpeechStopped | Finalized
+    PartialText
+    | CommittedText
+    | StreamSegment
+    | SpeechStarted
+    | SpeechStopped
+    | Finalized
+    | BufferCleared
 )
 
 

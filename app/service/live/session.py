@@ -48,6 +48,7 @@ from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.live.admission import AudioBuffer, Inbox
 from app.service.live.context import BufferContext
 from app.service.live.events import (
+    BufferCleared,
     Finalized,
     SpeechStarted,
     SpeechStopped,
@@ -156,20 +157,23 @@ class StreamingSession:
 
         Stops early when the buffer is full (a pass must cut it first) or a finalization is due.
         """
-        cleared = self.inbox.take_clear()
+        cleared = self.inbox.take_clear() if self._final_until is None else None
         if cleared is not None:
-            self._drop_uncommitted()
-        while self._final_until is None:
-            room = self._buf.capacity - self._buf.length - ADMIT_SLICE
-            if self._open and room <= 0:
+            self._restart_at(*cleared)
+        while True:
+            while self._final_until is None:
+                room = self._buf.capacity - self._buf.length - ADMIT_SLICE
+                if self._open and room <= 0:
+                    break
+                taken = self.inbox.take(ADMIT_SLICE)
+                if taken is None:
+                    break
+                self._admit(taken[1])
+            if self._final_until is not None or not self.inbox.flush_due():
                 break
-            piece = self.inbox.take(ADMIT_SLICE)
-            if piece is None:
+            if self._request_final(self._buf.end, "flush", speech=self._open):
                 break
-            self._admit(piece)
-        flush = self._final_until is None and self.inbox.flush_due()
-        if flush and not self._request_final(self._buf.end, "flush", speech=self._open):
-            self.on_event(Finalized("flush"))
+            self.on_event(Finalized("flush"))  # nothing to finalize; go on to what follows
         return self.decode_due()
 
     def _admit(self, piece: np.ndarray) -> None:
@@ -212,19 +216,22 @@ class StreamingSession:
                 self._last_pass = None
                 self._decoded_until = max(self._decoded_until, self._buf.start)
 
-    def _drop_uncommitted(self) -> None:
-        """`clear()`: the buffer and the words not committed are gone; the VAD starts afresh."""
+    def _restart_at(self, sample: int, clears: int) -> None:
+        """After `clear()` (`clears` of them): the buffer and the words not committed are gone,
+        the VAD starts afresh, and the stream goes on at absolute `sample`."""
         log.debug("cleared %.2f s of buffered audio", self._buf.length / SAMPLE_RATE)
-        self._buf.drop_before(self._buf.end)
+        self._buf.restart(sample)
         self.context.forget()
         self._previous, self._last_pass, self._final_until = [], None, None
-        self._decoded_until = self._buf.end
-        if self._vad is not None:
-            self._vad = VadStream(self._vad_model, self.options.vad)  # type: ignore[arg-type]
-            self._vad.position = self._buf.end
+        self._decoded_until = sample
+        if self._vad_model is not None:
+            self._vad = VadStream(self._vad_model, self.options.vad)
+            self._vad.position = sample
             self._open = False
         self.transcript.close_segment()
         self.transcript.partial("")
+        for _ in range(clears):
+            self.on_event(BufferCleared())
 
     def _nothing_to_keep(self) -> bool:
         """The buffer holds no words (committed context or pending) worth keeping."""

@@ -1,0 +1,336 @@
+"""`GET /v1/realtime?intent=transcription`: the OpenAI Realtime transcription protocol.
+
+What OpenAI's clients (the `openai` SDK's `client.realtime.connect`, agent frameworks) speak, in
+the GA shape (`session.update` with `session.type = "transcription"`) and the beta shape
+(`transcription_session.update`); the reply follows the shape of the client's last update.
+
+Items: the audio of one turn. With `turn_detection` `server_vad` (the default) the server's VAD
+cuts turns: `input_audio_buffer.speech_started` opens an item, `speech_stopped` and `committed`
+end it; with `turn_detection: null` the client ends an item with `input_audio_buffer.commit`
+(the VAD still keeps silence from being decoded). While the person speaks, each word the commit
+policy makes final is sent at once as `conversation.item.input_audio_transcription.delta`
+(append-only); `...completed` holds the item's whole transcript once everything in it is
+final. `input_audio_buffer.clear` drops the audio not yet committed (`cleared`).
+
+Formats: `audio/pcm` (16-bit mono; 24 kHz as OpenAI, other rates 8000..192000 as an
+extension), `audio/pcmu` and `audio/pcma` (G.711 at 8 kHz). Errors are OpenAI's `error` event;
+a field we do not support is named in one and the rest of the update applies. A
+`session.update` after audio started applies once the items in flight are completed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, WebSocket
+from pydantic import BaseModel
+
+from app.api.live.audio_stream import load_json_event
+from app.api.live.connection import LiveConnection, LiveDeps, LiveError, check_size, serve
+from app.api.live.realtime_config import (
+    RealtimeConfig,
+    apply_beta,
+    apply_ga,
+    session_beta,
+    session_ga,
+)
+from app.api.live.realtime_events import (
+    AudioAppend,
+    AudioClear,
+    AudioCommit,
+    Cleared,
+    Committed,
+    DurationUsage,
+    ErrorDetail,
+    ErrorEvent,
+    ItemAdded,
+    ItemCreated,
+    ProtocolError,
+    SessionCreated,
+    SessionUpdate,
+    SessionUpdated,
+    SpeechStarted,
+    SpeechStopped,
+    TranscriptionCompleted,
+    TranscriptionDelta,
+    TranscriptionSessionUpdated,
+    UserAudioItem,
+    new_item_id,
+    parse_client_event,
+)
+from app.service.live import (
+    AudioDecodeError,
+    BufferCleared,
+    CommittedText,
+    Finalized,
+    PcmInput,
+    StreamEvent,
+    StreamingOptions,
+    VadOptions,
+)
+from app.service.live import SpeechStarted as SpeechBegan
+from app.service.live import SpeechStopped as SpeechEnded
+from app.service.registry import InvalidRequestError, UnknownModelError, language_code
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["streaming"])
+
+
+def error_event(error: LiveError) -> ErrorEvent:
+    detail = ErrorDetail(type=error.type, code=error.code, message=str(error), param=error.param,
+                         event_id=error.event_id)  # fmt: skip
+    return ErrorEvent(error=detail)
+
+
+@dataclass
+class _Item:
+    """One turn's audio and its transcript so far."""
+
+    id: str
+    start_s: float  # stream seconds
+    end_s: float | None = None
+    text: list[str] = field(default_factory=list)
+
+
+class RealtimeConnection(LiveConnection):
+    def __init__(self, websocket: WebSocket, deps: LiveDeps) -> None:
+        super().__init__(websocket, deps)
+        self.session_id = "sess_" + new_item_id().removeprefix("item_")
+        vad_available = deps.vad is not None
+        self.config = RealtimeConfig() if vad_available else RealtimeConfig(turn_detection=None)
+        self.beta = False  # reply in the beta shape (the client sent transcription_session.update)
+        self.open: _Item | None = None  # the item audio is going into
+        self.ended: deque[_Item] = deque()  # committed, waiting for their final text
+        self.last_item_id: str | None = None
+        self.audio_since_commit = False
+        self.clears = 0  # client clears the session has not carried out yet
+        self.mark_s = 0.0  # stream seconds of the last commit or clear: where an item begins
+
+    # ---- configuration ------------------------------------------------------------------
+    def session_object(self) -> dict[str, Any]:
+        if self.beta:
+            return session_beta(self.config, self.session_id)
+        return session_ga(self.config, self.session_id)
+
+    def describe(self) -> str:
+        return f"realtime {self.session_object()}"
+
+    def greeting(self) -> BaseModel:
+        return SessionCreated(session=session_ga(self.config, self.session_id))
+
+    def error_event(self, error: LiveError) -> BaseModel:
+        return error_event(error)
+
+    def _update(self, session: dict[str, Any], event_id: str | None, *, beta: bool) -> None:
+        apply = apply_beta if beta else apply_ga
+        config, problems = apply(self.config, session, event_id=event_id)
+        for problem in problems:
+            self.outbox.put(problem.event())
+        if any(p.code == "invalid_value" for p in problems):
+            return  # rejected whole
+        self._check_model(config, event_id)
+        if config != self.config and self.runner is not None:
+            if self.open is not None or self.ended or self.audio_since_commit:
+                raise LiveError(
+                    "the session changes once the audio in flight is transcribed: commit or "
+                    "clear it first", "session_busy", event_id=event_id,
+                )  # fmt: skip
+            self._retire_runner()
+        self.config, self.beta = config, beta
+        answer = TranscriptionSessionUpdated if beta else SessionUpdated
+        self.outbox.put(answer(session=self.session_object()))
+
+    def _check_model(self, config: RealtimeConfig, event_id: str | None) -> None:
+        param = "session.audio.input.transcription."
+        try:
+            model = self.deps.registry.get(config.model)
+        except UnknownModelError as e:
+            raise LiveError(str(e), "model_not_found", param=param + "model",
+                            event_id=event_id) from e  # fmt: skip
+        if config.language is None:
+            return
+        try:
+            code = language_code(config.language)
+        except (InvalidRequestError, AttributeError) as e:
+            raise LiveError(f"unsupported language {config.language!r}", "unsupported_language",
+                            param=param + "language", event_id=event_id) from e  # fmt: skip
+        if not model.multilingual and code != "en":
+            raise LiveError(f"the model '{model.name}' is English-only", "unsupported_language",
+                            param=param + "language", event_id=event_id)  # fmt: skip
+
+    def _options(self) -> StreamingOptions:
+        config, settings, registry = self.config, self.settings, self.deps.registry
+        model = registry.get(config.model)
+        language = language_code(config.language) if config.language else None
+        turns = config.turn_detection
+        vad: VadOptions | None = None
+        preroll_s = StreamingOptions().preroll_s
+        if turns is not None and self.deps.vad is not None:
+            vad = VadOptions(threshold=turns.threshold, neg_threshold=None,
+                             min_silence_s=turns.silence_duration_ms / 1000)  # fmt: skip
+            preroll_s = turns.prefix_padding_ms / 1000
+        elif self.deps.vad is not None and settings.vad_filter:
+            vad = VadOptions()  # no turns, but silence is still never decoded
+        return StreamingOptions(
+            language=language if model.multilingual else "en",
+            step_s=settings.stream_step_s,
+            policy=settings.stream_policy,
+            edge_s=settings.stream_edge_s,
+            vad=vad,
+            preroll_s=preroll_s,
+            prompt=config.prompt,
+            no_speech_threshold=registry.base_options.no_speech_threshold,
+            kv_cache=registry.base_options.kv_cache,
+        )
+
+    def _retire_runner(self) -> None:
+        """Drop an idle runner; the next audio starts one with the new settings."""
+        runner, self.runner = self.runner, None
+        if runner is not None:
+            runner.cancel.set()
+            if runner.task is not None:
+                runner.task.cancel()
+
+    # ---- client events ------------------------------------------------------------------
+    async def handle(self, message: dict[str, Any]) -> bool:
+        data = message.get("bytes")
+        if data is not None:
+            raise LiveError("send audio as input_audio_buffer.append events (base64 in JSON)",
+                            "invalid_message")  # fmt: skip
+        text = message.get("text")
+        if text is None:
+            raise LiveError("empty message", "invalid_message")
+        check_size(len(text), self.max_frame)
+        try:
+            event = parse_client_event(load_json_event(text))
+        except ProtocolError as e:
+            raise LiveError(e.message, e.code, param=e.param, event_id=e.event_id) from e
+        match event:
+            case AudioAppend(audio=audio, event_id=event_id):
+                self._append(audio, event_id)
+            case AudioCommit(event_id=event_id):
+                self._commit(event_id)
+            case AudioClear():
+                self._clear()
+            case SessionUpdate(session=session, event_id=event_id):
+                self._update(session, event_id, beta=False)
+            case _:  # TranscriptionSessionUpdate
+                self._update(event.session, event.event_id, beta=True)
+        return False
+
+    def _append(self, audio: str, event_id: str | None) -> None:
+        try:
+            data = base64.b64decode(audio, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise LiveError(f"'audio' is not valid base64: {e}", "invalid_audio", param="audio",
+                            event_id=event_id) from e  # fmt: skip
+        if self.runner is None:
+            pcm = PcmInput(self.config.encoding, self.config.rate)
+            self.start_runner(self.deps.registry.get(self.config.model), self._options(), pcm)
+        assert self.runner is not None
+        try:
+            self.runner.append(data)
+        except AudioDecodeError as e:
+            raise LiveError(f"audio dropped: {e}", "invalid_audio", param="audio",
+                            event_id=event_id) from e  # fmt: skip
+        self.audio_since_commit = self.audio_since_commit or bool(data)
+
+    def _commit(self, event_id: str | None) -> None:
+        if self.runner is None or not self.audio_since_commit:
+            raise LiveError("the input audio buffer is empty: nothing to commit",
+                            "input_audio_buffer_commit_empty", event_id=event_id)  # fmt: skip
+        self.audio_since_commit = False
+        item = self.open or self._open_item()
+        self._end_item(item)
+        self.runner.commit()
+
+    def _clear(self) -> None:
+        """The audio not committed is dropped; `cleared` once the session has done it (text it
+        commits meanwhile came from the dropped audio)."""
+        self.open = None
+        self.audio_since_commit = False
+        self.mark_s = self._now_s()
+        if self.runner is None:
+            self.outbox.put(Cleared())
+            return
+        self.clears += 1
+        self.runner.clear()
+
+    # ---- items --------------------------------------------------------------------------
+    def _now_s(self) -> float:
+        return self.runner.session.received_s if self.runner is not None else 0.0
+
+    def _open_item(self, start_s: float | None = None) -> _Item:
+        self.open = _Item(new_item_id(), self.mark_s if start_s is None else start_s)
+        return self.open
+
+    def _end_item(self, item: _Item, end_s: float | None = None) -> None:
+        """The item's audio is complete: `committed` and the item; its text follows."""
+        item.end_s = self._now_s() if end_s is None else end_s
+        self.mark_s = max(self.mark_s, item.end_s)
+        self.open = None
+        self.ended.append(item)
+        previous, self.last_item_id = self.last_item_id, item.id
+        self.outbox.put(Committed(item_id=item.id, previous_item_id=previous))
+        added = ItemCreated if self.beta else ItemAdded
+        self.outbox.put(added(previous_item_id=previous, item=UserAudioItem(id=item.id)))
+
+    def _complete(self) -> None:
+        if not self.ended:
+            return
+        item = self.ended.popleft()
+        seconds = round(max((item.end_s or item.start_s) - item.start_s, 0.0), 3)
+        self.outbox.put(TranscriptionCompleted(
+            item_id=item.id, transcript="".join(item.text).strip(),
+            usage=DurationUsage(seconds=seconds),
+        ))  # fmt: skip
+
+    # ---- session events -----------------------------------------------------------------
+    def on_event(self, event: StreamEvent) -> None:
+        turns = self.config.turn_detection
+        match event:
+            case SpeechBegan(at=at) if turns is not None and not self.clears:
+                start_s = max(at - turns.prefix_padding_ms / 1000, 0.0)
+                item = self.open or self._open_item(start_s)
+                started = SpeechStarted(audio_start_ms=round(start_s * 1000), item_id=item.id)
+                self.outbox.put(started)
+            case SpeechEnded(at=at) if turns is not None and self.open is not None:
+                item = self.open
+                self.outbox.put(SpeechStopped(audio_end_ms=round(at * 1000), item_id=item.id))
+                self._end_item(item, at)
+                self.audio_since_commit = False
+            case BufferCleared():
+                self.clears = max(self.clears - 1, 0)
+                self.outbox.put(Cleared())
+            case CommittedText() if self.clears and not self.ended:
+                pass  # from audio the client cleared
+            case CommittedText(text=text):
+                item = self.ended[0] if self.ended else (self.open or self._open_item())
+                if not item.text:
+                    text = text.lstrip()
+                item.text.append(text)
+                self.outbox.put(TranscriptionDelta(item_id=item.id, delta=text))
+            case Finalized(reason=reason) if reason == "flush" or turns is not None:
+                self._complete()
+
+    async def finish(self) -> None:
+        """Shutdown: the item being spoken is committed and completed before the close."""
+        if self.runner is None:
+            return
+        if self.open is not None and self.audio_since_commit:
+            self._end_item(self.open)
+        await self.close_runner()
+        while self.ended:
+            self._complete()
+
+
+@router.websocket("/v1/realtime")
+async def realtime(websocket: WebSocket) -> None:
+    """The OpenAI Realtime transcription protocol; see the module docstring."""
+    await serve(websocket, error_event, RealtimeConnection)

@@ -1,0 +1,115 @@
+"""The commit policies of a live stream (`app.service.live.policy`) on word lists, and the
+inbox's flush and clear marks (`app.service.live.admission.Inbox`): no audio, no model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.service.live.admission import Inbox
+from app.service.live.policy import AlignAtt, LocalAgreement, make_policy
+from app.service.live.units import LiveWord, word_key
+
+
+def words(text: str, peaks: list[float | None] | None = None) -> list[LiveWord]:
+    units = text.split()
+    peaks = peaks or [None] * len(units)
+    return [
+        LiveWord(" " + u, word_key(u), i * 0.3, i * 0.3 + 0.25, 0, peak)
+        for i, (u, peak) in enumerate(zip(units, peaks, strict=True))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("new", "pending", "expected"),
+    [
+        ("ask not what your", "ask not what", 3),
+        ("ask not what your", "", 0),  # the first pass: nothing to agree with
+        ("ask not what your", "asked not what", 0),  # the first word differs: nothing after it
+        ("Ask, not what", "ask not what your country", 3),  # compared by key
+        ("", "ask not", 0),
+    ],
+)
+def test_local_agreement_commits_the_common_prefix(new: str, pending: str, expected: int) -> None:
+    assert LocalAgreement().commit_count(words(new), words(pending), audio_end_s=10.0) == expected
+
+
+@pytest.mark.parametrize(
+    ("peaks", "expected"),
+    [
+        ([1.0, 2.0, 3.0], 3),  # all read well before the edge (end 4.0 - 0.5)
+        ([1.0, 3.6, 2.0], 1),  # the second word looked at the edge: it and all after wait
+        ([3.5, 1.0, 1.0], 3),  # exactly at the limit still counts as safe
+        ([3.51, 1.0, 1.0], 0),
+        ([1.0, None, 1.0], 1),  # no attention: never safe
+    ],
+)
+def test_alignatt_commits_up_to_the_first_word_at_the_edge(
+    peaks: list[float | None], expected: int
+) -> None:
+    policy = AlignAtt(edge_s=0.5)
+    assert policy.commit_count(words("ask not what", peaks), [], audio_end_s=4.0) == expected
+
+
+def test_alignatt_needs_no_second_pass() -> None:
+    new = words("ask not what", [0.5, 1.0, 1.5])
+    assert AlignAtt(0.5).commit_count(new, [], audio_end_s=4.0) == 3
+    assert LocalAgreement().commit_count(new, [], audio_end_s=4.0) == 0
+
+
+def test_make_policy() -> None:
+    assert isinstance(make_policy("alignatt", 0.3), AlignAtt)
+    assert isinstance(make_policy("local_agreement", 0.3), LocalAgreement)
+    with pytest.raises(ValueError, match="unknown commit policy"):
+        make_policy("wait-k", 0.3)
+    with pytest.raises(ValueError):
+        AlignAtt(-0.1)
+
+
+def take_all(inbox: Inbox) -> int:
+    taken = 0
+    while (piece := inbox.take(1000)) is not None:
+        taken += piece[1].shape[0]
+    return taken
+
+
+def test_pieces_stop_at_each_flush_mark() -> None:
+    """Two commits in a row are answered one after the other: admission never crosses a flush
+    mark before the session took it."""
+    inbox = Inbox()
+    inbox.append(np.zeros(1500, np.float32))
+    inbox.mark_flush()
+    inbox.append(np.zeros(700, np.float32))
+    inbox.mark_flush()
+    inbox.mark_flush()  # nothing new since: the same mark
+    inbox.append(np.zeros(300, np.float32))
+    assert take_all(inbox) == 1500
+    assert inbox.flush_due() and not inbox.flush_due()
+    assert take_all(inbox) == 700
+    assert inbox.flush_due()
+    assert take_all(inbox) == 300 and not inbox.flush_due() and not inbox.pending_marks
+
+
+def test_clear_keeps_committed_audio() -> None:
+    inbox = Inbox()
+    inbox.append(np.ones(1000, np.float32))
+    inbox.mark_flush()  # committed: still transcribed
+    inbox.append(np.full(800, 2.0, np.float32))
+    inbox.mark_clear()  # drops only what came after the commit
+    assert inbox.take_clear() is None  # not before the commit's flush was taken
+    taken = inbox.take(5000)
+    assert taken is not None and taken[0] == 0 and taken[1].tolist() == [1.0] * 1000
+    assert inbox.take(5000) is None and inbox.flush_due()
+    assert inbox.take_clear() == (1800, 1)  # the stream goes on after the cleared audio
+    inbox.append(np.ones(500, np.float32))
+    assert inbox.take(5000)[0] == 1800  # type: ignore[index]
+    assert inbox.received == 2300
+
+
+def test_clears_are_counted_and_drop_the_waiting_audio() -> None:
+    inbox = Inbox()
+    inbox.append(np.ones(500, np.float32))
+    inbox.mark_clear()
+    inbox.mark_clear()
+    assert inbox.samples == 0 and inbox.pending_marks
+    assert inbox.take_clear() == (500, 2) and inbox.take_clear() is None
