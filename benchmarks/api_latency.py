@@ -32,9 +32,10 @@ from typing import TypeVar
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-AUDIO = (REPO / ".." / "shared" / "testdata" / "audio").resolve()
-JFK = AUDIO / "jfk.wav"
-LONG = AUDIO / "earnings22_1_4482311_3_62.wav"
+sys.path.insert(0, str(REPO))
+
+from benchmarks.common import EARNINGS as LONG  # noqa: E402
+from benchmarks.common import JFK  # noqa: E402
 
 
 @dataclass

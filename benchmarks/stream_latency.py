@@ -1,33 +1,38 @@
-"""Latency of live transcription over the WebSocket (`/v1/audio/stream`), at real-time pace.
+"""Latency of live transcription over the OpenAI Realtime protocol (`/v1/realtime`), at
+real-time pace, with the commit policies side by side and several streams at once.
 
-For each model, a real uvicorn server is started and each clip is sent as 100 ms pcm_s16le frames,
-each frame sent once its audio has "happened" (frame i leaves at t0 + (i + 1) * 0.1 s), as a
-microphone would deliver it. Measured:
+For each model one real uvicorn server is started per policy (`STT_STREAM_POLICY`); each run
+sends a clip as 24 kHz `audio/pcm` in 100 ms `input_audio_buffer.append` events, each once its
+audio has "happened" (frame i leaves at t0 + (i + 1) * 0.1 s), as a microphone would deliver it,
+with the server's default turn detection (server VAD); after the audio, one
+`input_audio_buffer.commit`. Runs alternate between the policies (same clip, same repeat), so
+load from other processes hits both alike. `--streams N` runs N sessions of the clip at once
+(started 0.37 s apart), all measured. Measured per run:
 
-- first partial: wall time of the first non-empty `transcript.text.partial` minus the time the
-  first word began (t0 + its start in the audio);
-- commit latency of a word: wall time of the `transcript.text.delta` that commits it minus the
-  time the word ended (t0 + its end in the audio); median, p90 and max over all words;
-- done after end: time from the last audio frame to `transcript.text.done` (session.close);
-- WER of the streamed text against the REST transcription of the same clip (normalised words).
+- first delta: wall time of the first `...transcription.delta` minus the time the first word
+  began (t0 + its start in the audio);
+- commit latency of a word: wall time of the delta that carries it minus the time the word ended
+  (t0 + its end in the audio); median, p90 and max over all words (of all streams);
+- done after end: from the last audio frame to the last `...transcription.completed`;
+- WER of the streamed text (the items' transcripts in order) against the REST transcription of
+  the same clip (greedy, normalised words).
 
 Word times are not the server's own estimates: they come from a forced alignment of the REST
-transcript (beam 1) done here, with the PyTorch reference model of `tests/oracle.py` (the same
-weights) and openai/whisper's method (cross-attention of the alignment heads, median filter,
-DTW). Streamed words are matched to reference words with difflib; unmatched words are left out.
+transcript done here with the PyTorch reference model of `tests/oracle.py` (the same weights)
+and openai/whisper's method (cross-attention of the alignment heads, median filter, DTW).
+Streamed words are matched to reference words with difflib; unmatched words are left out.
 
     .venv/bin/python benchmarks/stream_latency.py --models tiny.en,base \
-        --out benchmarks/results/stream_latency.md
+        --policies local_agreement,alignatt --repeats 2 --out benchmarks/results/live_latency.md
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import difflib
 import json
-import os
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,16 +43,21 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-AUDIO = (REPO / ".." / "shared" / "testdata" / "audio").resolve()
+
+from benchmarks.api_latency import launch_server  # noqa: E402
+from benchmarks.common import AUDIO, header, load1  # noqa: E402
+
 CLIPS = {
     "jfk": AUDIO / "jfk.wav",
     "earnings60": AUDIO / "earnings22_1_4482311_3_62.wav",
+    "ls0": AUDIO / "1089-134686-0000.flac",
 }
 SR = 16000
+WIRE_RATE = 24000
 FRAME_S = 0.1
 TOKENS_PER_SECOND = 50  # encoder positions per second
-
-from benchmarks.api_latency import launch_server  # noqa: E402
+DELTA = "conversation.item.input_audio_transcription.delta"
+COMPLETED = "conversation.item.input_audio_transcription.completed"
 
 
 # ---- reference word times -----------------------------------------------------------------------
@@ -169,83 +179,97 @@ class Run:
     events: list[tuple[float, dict]] = field(default_factory=list)
 
 
-async def stream_clip(url: str, pcm: bytes) -> Run:
+async def stream_clip(url: str, pcm24: bytes, delay_s: float = 0.0) -> Run:
     from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed
 
+    await asyncio.sleep(delay_s)
     run = Run()
-    ws_url = url.replace("http://", "ws://") + "/v1/audio/stream"
+    ws_url = url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
     async with connect(ws_url, max_size=None) as ws:
+        items_done = asyncio.Event()
 
         async def receive() -> None:
-            try:
-                async for message in ws:
-                    run.events.append((time.monotonic(), json.loads(message)))
-            except ConnectionClosed:
-                pass
+            committed: set[str] = set()
+            completed: set[str] = set()
+            async for message in ws:
+                event = json.loads(message)
+                run.events.append((time.monotonic(), event))
+                if event["type"] == "input_audio_buffer.committed":
+                    committed.add(event["item_id"])
+                elif event["type"] == COMPLETED:
+                    completed.add(event["item_id"])
+                elif event["type"] == "error":
+                    print("error event:", event["error"], file=sys.stderr)
+                if run.audio_end_t and committed and committed <= completed:
+                    items_done.set()
 
         receiver = asyncio.create_task(receive())
-        step = int(FRAME_S * SR) * 2
+        step = int(FRAME_S * WIRE_RATE) * 2
         run.t0 = time.monotonic()
-        for i, off in enumerate(range(0, len(pcm), step)):
+        for i, off in enumerate(range(0, len(pcm24), step)):
             delay = run.t0 + (i + 1) * FRAME_S - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await ws.send(pcm[off : off + step])
+            audio = base64.b64encode(pcm24[off : off + step]).decode()
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
         run.audio_end_t = time.monotonic()
-        await ws.send(json.dumps({"type": "session.close"}))
-        await asyncio.wait_for(receiver, 600)
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        await asyncio.wait_for(items_done.wait(), 600)
+        receiver.cancel()
     return run
+
+
+async def stream_many(url: str, pcm24: bytes, streams: int) -> list[Run]:
+    return list(await asyncio.gather(*(stream_clip(url, pcm24, 0.37 * k) for k in range(streams))))
 
 
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def analyse(run: Run, ref: list[RefWord], rest_text: str) -> dict:
+def norm(text: str) -> str:
+    return " ".join("".join(c.lower() if c.isalnum() else " " for c in text).split())
+
+
+def analyse(runs: list[Run], ref: list[RefWord], rest_text: str) -> dict:
     import jiwer
 
-    # committed words with the wall time of the delta that committed them
-    committed: list[tuple[str, float]] = []
-    for t, e in run.events:
-        if e["type"] == "transcript.text.delta":
-            committed.extend((w, t) for w in e["delta"].split() if norm_word(w))
-    done = [t for t, e in run.events if e["type"] == "transcript.text.done"]
-    partials = [
-        t for t, e in run.events if e["type"] == "transcript.text.partial" and e["text"].strip()
-    ]
-    text = next((e["text"] for _, e in run.events if e["type"] == "transcript.text.done"), "")
-    errors = [e for _, e in run.events if e["type"] == "error"]
-    matcher = difflib.SequenceMatcher(
-        None, [norm_word(w) for w, _ in committed], [norm_word(r.word) for r in ref],
-        autojunk=False,
-    )  # fmt: skip
-    latencies = []
-    slowest = []
-    for block in matcher.get_matching_blocks():
-        for k in range(block.size):
-            _, t = committed[block.a + k]
-            word = ref[block.b + k]
-            latencies.append(t - (run.t0 + word.end))
-            slowest.append((round(latencies[-1], 2), word.word, round(word.end, 2)))
-    first_word = ref[0].start if ref else 0.0
-    norm = lambda s: " ".join("".join(c.lower() if c.isalnum() else " " for c in s).split())  # noqa: E731
+    latencies: list[float] = []
+    first_deltas, done_after, wers = [], [], []
+    matched = words = 0
+    for run in runs:
+        committed: list[tuple[str, float]] = []  # words with the wall time of their delta
+        for t, e in run.events:
+            if e["type"] == DELTA:
+                committed.extend((w, t) for w in e["delta"].split() if norm_word(w))
+        completed = [(t, e) for t, e in run.events if e["type"] == COMPLETED]
+        text = " ".join(e["transcript"] for _, e in completed)
+        matcher = difflib.SequenceMatcher(
+            None, [norm_word(w) for w, _ in committed], [norm_word(r.word) for r in ref],
+            autojunk=False,
+        )  # fmt: skip
+        for block in matcher.get_matching_blocks():
+            for k in range(block.size):
+                _, t = committed[block.a + k]
+                latencies.append(t - (run.t0 + ref[block.b + k].end))
+                matched += 1
+        words += len(committed)
+        first_word = ref[0].start if ref else 0.0
+        if committed:
+            first_deltas.append(min(t for _, t in committed) - (run.t0 + first_word))
+        if completed:
+            done_after.append(completed[-1][0] - run.audio_end_t)
+        wers.append(jiwer.wer(norm(rest_text), norm(text)) if text else 1.0)
     return {
-        "first_partial_s": (partials[0] - (run.t0 + first_word)) if partials else float("nan"),
-        "first_commit_s": (
-            (min(t for _, t in committed) - (run.t0 + first_word)) if committed else float("nan")
-        ),
+        "first_delta_s": percentile(first_deltas, 50),
         "median_s": percentile(latencies, 50),
         "p90_s": percentile(latencies, 90),
         "max_s": max(latencies) if latencies else float("nan"),
-        "matched": len(latencies),
-        "words": len(committed),
-        "ref_words": len(ref),
-        "done_after_end_s": (done[0] - run.audio_end_t) if done else float("nan"),
-        "wer_vs_rest": jiwer.wer(norm(rest_text), norm(text)) if text else 1.0,
-        "errors": len(errors),
-        "slowest": sorted(slowest, reverse=True)[:6],
-        "text": text,
+        "matched": matched,
+        "ref_words": len(ref) * len(runs),
+        "done_after_end_s": percentile(done_after, 50),
+        "wer_vs_rest": float(np.mean(wers)),
+        "load": load1(),
     }
 
 
@@ -268,7 +292,13 @@ def main() -> int:
         "--models", default="tiny.en,base", help="comma list (default: %(default)s)"
     )
     parser.add_argument("--clips", default="jfk,earnings60", help=f"of {', '.join(CLIPS)}")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per clip (default 1)")
+    parser.add_argument(
+        "--policies",
+        default="local_agreement,alignatt",
+        help="STT_STREAM_POLICY values, run side by side (default: %(default)s)",
+    )
+    parser.add_argument("--streams", default="1", help="comma list of concurrent streams")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per clip (default 2)")
     parser.add_argument("--models-dir", type=Path, default=REPO / "models")
     parser.add_argument("--env", action="append", default=[], metavar="STT_X=V",
                         help="extra server setting, e.g. --env STT_STREAM_STEP_S=0.5")  # fmt: skip
@@ -276,62 +306,76 @@ def main() -> int:
     parser.add_argument("--append", action="store_true", help="add a section to --out")
     args = parser.parse_args()
     extra_env = dict(item.split("=", 1) for item in args.env)
+    policies = args.policies.split(",")
+    load_before = load1()
 
     rows = []
     for model in args.models.split(","):
-        server = launch_server(model, args.models_dir, extra_env)
+        servers = {
+            p: launch_server(model, args.models_dir, {**extra_env, "STT_STREAM_POLICY": p})
+            for p in policies
+        }
         try:
             for clip in args.clips.split(","):
                 path = CLIPS[clip]
                 audio = load_audio(path)
-                pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
-                rest = rest_verbose(server.url, path, model)
+                wire = soxr_resample(audio, SR, WIRE_RATE)
+                pcm24 = (np.clip(wire, -1, 1) * 32767).astype("<i2").tobytes()
+                rest = rest_verbose(servers[policies[0]].url, path, model)
                 ref = reference_words(model, audio, rest["segments"])
-                for rep in range(args.repeats):
-                    run = asyncio.run(stream_clip(server.url, pcm))
-                    row = {"model": model, "clip": clip, "run": rep + 1,
-                           **analyse(run, ref, rest["text"])}  # fmt: skip
-                    rows.append(row)
-                    print(json.dumps({k: v for k, v in row.items() if k != "text"}), flush=True)
-                    print("   ", row["text"], flush=True)
+                for streams in (int(n) for n in args.streams.split(",")):
+                    for rep in range(args.repeats):
+                        order = policies if rep % 2 == 0 else policies[::-1]
+                        for policy in order:
+                            runs = asyncio.run(stream_many(servers[policy].url, pcm24, streams))
+                            row = {"model": model, "clip": clip, "policy": policy,
+                                   "streams": streams, "run": rep + 1,
+                                   **analyse(runs, ref, rest["text"])}  # fmt: skip
+                            rows.append(row)
+                            print(json.dumps(row), flush=True)
         finally:
-            server.stop()
+            for server in servers.values():
+                server.stop()
 
-    header = (
-        "| model | clip | run | first partial | first commit | commit latency median / p90 / max "
-        "| words matched | done after end | WER vs REST |\n|---|---|---|---|---|---|---|---|---|"
-    )
-    lines = [header]
+    lines = [
+        "| model | clip | policy | streams | run | first delta | commit latency median / p90 / "
+        "max | words matched | done after end | WER vs REST | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['clip']} | {r['run']} | {r['first_partial_s']:.2f} s "
-            f"| {r['first_commit_s']:.2f} s "
+            f"| {r['model']} | {r['clip']} | {r['policy']} | {r['streams']} | {r['run']} "
+            f"| {r['first_delta_s']:.2f} s "
             f"| {r['median_s']:.2f} / {r['p90_s']:.2f} / {r['max_s']:.2f} s "
             f"| {r['matched']}/{r['ref_words']} | {r['done_after_end_s']:.2f} s "
-            f"| {100 * r['wer_vs_rest']:.1f} % |"
+            f"| {100 * r['wer_vs_rest']:.1f} % | {r['load']:.1f} |"
         )
     table = "\n".join(lines)
     print(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         settings = ", ".join(args.env) or "defaults"
-        section = (
-            f"## Server settings: {settings}\n\n"
-            f"`{' '.join(['benchmarks/stream_latency.py', *sys.argv[1:]])}` on "
-            f"{platform.node()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d %H:%M')}, "
-            f"load average at the end {os.getloadavg()[0]:.1f}.\n\n" + table + "\n"
-        )
+        title = f"Live latency (Realtime protocol, real-time pace), settings: {settings}"
+        section = "\n".join(header(title, load_before))
+        section = section.replace("# Live", "## Live", 1) + "\n\n" + table + "\n"
         if args.append and args.out.exists():
             args.out.write_text(args.out.read_text() + "\n" + section)
         else:
             args.out.write_text(
-                "# Live stream latency (WebSocket, real-time pace)\n\n"
-                "Commit latency = wall time of the delta that commits a word - the time the word "
-                "ended (forced alignment of the REST transcript); first partial = first "
-                "non-empty partial - start of the first word; done after end = last audio "
-                "frame -> transcript.text.done. 100 ms frames sent at real-time pace.\n\n" + section
+                "# Live latency\n\n"
+                "Commit latency = wall time of the delta that carries a word - the time the word "
+                "ended (forced alignment of the REST transcript); first delta = first delta - "
+                "start of the first word; done after end = last audio frame -> last completed. "
+                "24 kHz audio/pcm in 100 ms appends at real-time pace, server VAD turns; "
+                "'load' is the 1-min load average after the run.\n\n" + section
             )
     return 0
+
+
+def soxr_resample(audio: np.ndarray, src: int, dst: int) -> np.ndarray:
+    import soxr
+
+    return soxr.resample(audio, src, dst)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
-// Browser client of the speech-to-text server: microphone -> AudioWorklet -> WebSocket
-// (/v1/audio/stream, pcm_f32le at the AudioContext's rate), and a file upload through
-// POST /v1/audio/transcriptions with stream=true (Server-Sent Events).
+// Browser client of the speech-to-text server: microphone -> AudioWorklet -> WebSocket on the
+// OpenAI Realtime transcription protocol (/v1/realtime?intent=transcription; 16-bit PCM at the
+// AudioContext's rate, server VAD turns, with this server's partial-text extension), and a file
+// upload through POST /v1/audio/transcriptions with stream=true (Server-Sent Events).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
+const DELTA = "conversation.item.input_audio_transcription.delta";
+const PARTIAL = "conversation.item.input_audio_transcription.partial";
+const COMPLETED = "conversation.item.input_audio_transcription.completed";
+// committed: text that will not change; partial: the tail that may; done: the whole text once
+// stopped and every item completed
 const state = { committed: "", partial: "", events: [], done: null, error: null };
 window.sttState = state; // for tests and debugging
 
@@ -11,6 +17,9 @@ let socket = null;
 let audioContext = null;
 let mediaStream = null;
 let workletNode = null;
+let stopping = false;
+let sessionText = ""; // this session's text (the page keeps earlier sessions above it)
+const waiting = new Set(); // items committed, not yet completed
 
 function apiKey() {
   return $("apikey").value.trim();
@@ -51,39 +60,72 @@ async function loadModels() {
   }
 }
 
-function streamUrl() {
+function realtimeUrl() {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const url = new URL(scheme + "//" + location.host + "/v1/audio/stream");
+  return scheme + "//" + location.host + "/v1/realtime?intent=transcription&partials=true";
+}
+
+function protocols() {
+  // browsers cannot set headers on a WebSocket: the key travels as a subprotocol, as OpenAI's
   const key = apiKey();
-  if (key) url.searchParams.set("api_key", key); // browsers cannot set headers on a WebSocket
-  return url.toString();
+  return key ? ["realtime", "openai-insecure-api-key." + key] : ["realtime"];
+}
+
+function append(text) {
+  state.committed += text;
+  sessionText += text;
+}
+
+function finishIfDone() {
+  if (!stopping || waiting.size > 0 || state.done !== null) return;
+  state.done = sessionText.trim();
+  state.partial = "";
+  setStatus("done");
+  if (socket) socket.close(1000, "done");
 }
 
 function onServerEvent(event) {
   state.events.push(event.type);
   switch (event.type) {
-    case "session.created":
-    case "session.updated":
-      break;
-    case "transcript.text.partial":
+    case PARTIAL:
       state.partial = event.text;
       break;
-    case "transcript.text.delta":
-      state.committed += event.delta;
-      break;
-    case "transcript.segment":
-      break;
-    case "transcript.text.done":
-      state.done = event.text;
+    case DELTA:
+      append(event.delta);
       state.partial = "";
-      setStatus("done");
+      break;
+    case "input_audio_buffer.committed":
+      waiting.add(event.item_id);
+      break;
+    case COMPLETED:
+      waiting.delete(event.item_id);
+      if (!/\s$/.test(sessionText) && sessionText) append(" "); // items are sentences apart
+      finishIfDone();
       break;
     case "error":
+      if (event.error.code === "input_audio_buffer_commit_empty") {
+        finishIfDone(); // stopped after a turn had ended: nothing left to commit
+        break;
+      }
       state.error = event.error;
       setStatus("error: " + event.error.message, true);
       break;
   }
   render();
+}
+
+function pcm16Base64(samples) {
+  const bytes = new Uint8Array(samples.length * 2);
+  const view = new DataView(bytes.buffer);
+  for (let i = 0; i < samples.length; i++) {
+    const s = Math.max(-1, Math.min(1, samples[i]));
+    view.setInt16(2 * i, s < 0 ? s * 32768 : s * 32767, true);
+  }
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(binary);
 }
 
 async function start() {
@@ -92,6 +134,9 @@ async function start() {
   state.partial = "";
   state.done = null;
   state.error = null;
+  stopping = false;
+  sessionText = "";
+  waiting.clear();
   if (state.committed) state.committed += "\n";
   render();
   try {
@@ -106,17 +151,19 @@ async function start() {
     $("start").disabled = false;
     return;
   }
-  socket = new WebSocket(streamUrl());
-  socket.binaryType = "arraybuffer";
+  socket = new WebSocket(realtimeUrl(), protocols());
   socket.onopen = () => {
-    const session = { sample_rate: audioContext.sampleRate, encoding: "pcm_f32le" };
-    if ($("model").value) session.model = $("model").value;
-    if ($("language").value.trim()) session.language = $("language").value.trim();
-    socket.send(JSON.stringify({ type: "session.update", session }));
+    const transcription = {};
+    if ($("model").value) transcription.model = $("model").value;
+    if ($("language").value.trim()) transcription.language = $("language").value.trim();
+    const input = { format: { type: "audio/pcm", rate: audioContext.sampleRate }, transcription };
+    socket.send(JSON.stringify({ type: "session.update", session: { type: "transcription", audio: { input } } }));
     const source = audioContext.createMediaStreamSource(mediaStream);
     workletNode = new AudioWorkletNode(audioContext, "capture-processor");
     workletNode.port.onmessage = (e) => {
-      if (socket && socket.readyState === WebSocket.OPEN) socket.send(e.data.buffer);
+      if (socket && socket.readyState === WebSocket.OPEN) {
+        socket.send(JSON.stringify({ type: "input_audio_buffer.append", audio: pcm16Base64(e.data) }));
+      }
     };
     source.connect(workletNode);
     setStatus("listening (" + audioContext.sampleRate + " Hz)");
@@ -152,8 +199,10 @@ async function stop() {
   $("stop").disabled = true;
   setStatus("finishing…");
   await stopAudio();
+  stopping = true;
   if (socket && socket.readyState === WebSocket.OPEN) {
-    socket.send(JSON.stringify({ type: "session.close" }));
+    // the speech still in the buffer becomes the last item; its completed ends the session
+    socket.send(JSON.stringify({ type: "input_audio_buffer.commit" }));
   }
 }
 

@@ -1,5 +1,5 @@
 // AudioWorklet: collects the microphone's first channel and posts ~100 ms Float32Array chunks
-// (at the AudioContext's sample rate) to the page, which sends them as pcm_f32le frames.
+// (at the AudioContext's sample rate) to the page, which sends them as 16-bit PCM.
 class CaptureProcessor extends AudioWorkletProcessor {
   constructor() {
     super();

@@ -78,8 +78,10 @@ def test_page_transcribes_the_microphone(server: LiveServer, browser, tmp_path: 
     page.screenshot(path=str(shot), full_page=True)
     state = page.evaluate("window.sttState")
     assert PHRASE in normalise(page.inner_text("#committed")), (text, state, console)
-    assert "transcript.text.partial" in state["events"]
-    assert "transcript.text.delta" in state["events"]
+    # the Realtime protocol's events, with the partial-text extension
+    assert "conversation.item.input_audio_transcription.partial" in state["events"]
+    assert "conversation.item.input_audio_transcription.delta" in state["events"]
+    assert "conversation.item.input_audio_transcription.completed" in state["events"]
     # partial text is styled apart from committed text
     partial_style = page.eval_on_selector("#partial", "e => getComputedStyle(e).fontStyle")
     committed_style = page.eval_on_selector("#committed", "e => getComputedStyle(e).fontStyle")

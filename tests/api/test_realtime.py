@@ -174,6 +174,7 @@ def test_server_vad_items_stream_deltas_while_speaking(server: LiveServer, jfk_r
     assert updated["audio"]["input"]["turn_detection"]["silence_duration_ms"] == 500
     check_items(run)
     assert_close(run.transcript, jfk_rest, JFK_MAX_WER)
+    assert not run.of("conversation.item.input_audio_transcription.partial")  # opt-in only
     # jfk pauses after "Americans": at least two turns, each opened and closed by the VAD
     items = [e["item_id"] for e in run.of("input_audio_buffer.committed")]
     assert len(items) >= 2

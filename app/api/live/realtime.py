@@ -10,7 +10,10 @@ end it; with `turn_detection: null` the client ends an item with `input_audio_bu
 (the VAD still keeps silence from being decoded). While the person speaks, each word the commit
 policy makes final is sent at once as `conversation.item.input_audio_transcription.delta`
 (append-only); `...completed` holds the item's whole transcript once everything in it is
-final. `input_audio_buffer.clear` drops the audio not yet committed (`cleared`).
+final. `input_audio_buffer.clear` drops the audio not yet committed (`cleared`). An extension,
+for the page at `/` and clients that ask with `?partials=true`:
+`conversation.item.input_audio_transcription.partial {item_id, text}`, the words after the
+deltas that may still change (each replaces the previous one).
 
 Formats: `audio/pcm` (16-bit mono; 24 kHz as OpenAI, other rates 8000..192000 as an
 extension), `audio/pcmu` and `audio/pcma` (G.711 at 8 kHz). Errors are OpenAI's `error` event;
@@ -58,6 +61,7 @@ from app.api.live.realtime_events import (
     SpeechStopped,
     TranscriptionCompleted,
     TranscriptionDelta,
+    TranscriptionPartial,
     TranscriptionSessionUpdated,
     UserAudioItem,
     new_item_id,
@@ -68,6 +72,7 @@ from app.service.live import (
     BufferCleared,
     CommittedText,
     Finalized,
+    PartialText,
     PcmInput,
     StreamEvent,
     StreamingOptions,
@@ -111,6 +116,7 @@ class RealtimeConnection(LiveConnection):
         self.audio_since_commit = False
         self.clears = 0  # client clears the session has not carried out yet
         self.mark_s = 0.0  # stream seconds of the last commit or clear: where an item begins
+        self.partials = websocket.query_params.get("partials", "").lower() in ("1", "true")
 
     # ---- configuration ------------------------------------------------------------------
     def session_object(self) -> dict[str, Any]:
@@ -281,6 +287,10 @@ class RealtimeConnection(LiveConnection):
         added = ItemCreated if self.beta else ItemAdded
         self.outbox.put(added(previous_item_id=previous, item=UserAudioItem(id=item.id)))
 
+    def _text_item(self) -> _Item:
+        """The item text goes to: the oldest one waiting for its final text, else the open one."""
+        return self.ended[0] if self.ended else (self.open or self._open_item())
+
     def _complete(self) -> None:
         if not self.ended:
             return
@@ -310,8 +320,14 @@ class RealtimeConnection(LiveConnection):
                 self.outbox.put(Cleared())
             case CommittedText() if self.clears and not self.ended:
                 pass  # from audio the client cleared
+            case PartialText(text=text) if self.partials and not self.clears and (
+                text or self.open or self.ended
+            ):
+                item = self._text_item()
+                partial = TranscriptionPartial(item_id=item.id, text=text)
+                self.outbox.put(partial, replaceable=True)
             case CommittedText(text=text):
-                item = self.ended[0] if self.ended else (self.open or self._open_item())
+                item = self._text_item()
                 if not item.text:
                     text = text.lstrip()
                 item.text.append(text)

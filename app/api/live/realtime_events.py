@@ -132,6 +132,18 @@ class TranscriptionDelta(_ServerEvent):
     delta: str
 
 
+class TranscriptionPartial(_ServerEvent):
+    """An extension (only with `?partials=true`): the item's text after its deltas that may
+    still change; each replaces the previous one."""
+
+    type: Literal["conversation.item.input_audio_transcription.partial"] = (
+        "conversation.item.input_audio_transcription.partial"
+    )
+    item_id: str
+    content_index: int = 0
+    text: str
+
+
 class DurationUsage(_Model):
     type: Literal["duration"] = "duration"
     seconds: float
@@ -188,6 +200,7 @@ ServerEvent = Annotated[
     | ItemDone
     | ItemCreated
     | TranscriptionDelta
+    | TranscriptionPartial
     | TranscriptionCompleted
     | TranscriptionFailed
     | ErrorEvent,
