@@ -10,6 +10,7 @@ load failures in process. Here: the real process, its signals and its log.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import shutil
@@ -110,6 +111,37 @@ def live_session_in_background(
     return thread
 
 
+def realtime_session_in_background(
+    server: LiveServer, results: list, events: list
+) -> threading.Thread:
+    """The same over the Realtime protocol (client commits; none is sent before the signal)."""
+
+    async def session() -> None:
+        pcm = load_pcm16(JFK_WAV, 24000)
+        url = server.base_url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+        async with connect(url) as ws:
+
+            async def read() -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    async for message in ws:
+                        events.append(json.loads(message))
+
+            reader = asyncio.create_task(read())
+            update = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(json.dumps({"type": "session.update", "session": update}))
+                for offset in range(0, len(pcm), 4800):
+                    audio = base64.b64encode(pcm[offset : offset + 4800]).decode()
+                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+                    await asyncio.sleep(0.1)
+            await reader
+        results.append(ws.close_code)
+
+    thread = threading.Thread(target=asyncio.run, args=(session(),))
+    thread.start()
+    return thread
+
+
 async def refused_session(server: LiveServer) -> tuple[list[dict], int | None]:
     """Open a session and read until it closes: (error codes received, close code)."""
     errors = []
@@ -135,6 +167,9 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
         closed: list = []
         events: list = []
         live = live_session_in_background(server, closed, events)
+        realtime_closed: list = []
+        realtime_events: list = []
+        realtime = realtime_session_in_background(server, realtime_closed, realtime_events)
         wait_for(lambda: any(e["type"] == "transcript.text.partial" for e in events), 30,
                  "the live session transcribes")  # fmt: skip
         first = post_in_background(server, LONG_WAV.read_bytes(), running)
@@ -148,6 +183,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
         first.join(120)
         second.join(120)
         live.join(60)
+        realtime.join(60)
         code = server.process.wait(60)
         print(f"exited {time.monotonic() - sent_at:.2f} s after SIGTERM")
     finally:
@@ -164,6 +200,13 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
     # the audio received before the signal, transcribed (its last word may be cut off)
     assert normalise(done[0]["text"]).startswith("and so"), done
     assert late == ([{"code": "shutting_down"}], 1013), "a new session is refused while draining"
+    # the Realtime session: the item being spoken is committed and completed, then 1001
+    assert realtime_closed == [1001]
+    kinds = [e["type"] for e in realtime_events]
+    assert "input_audio_buffer.committed" in kinds, (realtime_closed, realtime_events)
+    completed_type = "conversation.item.input_audio_transcription.completed"
+    completed = [e for e in realtime_events if e["type"] == completed_type]
+    assert len(completed) == 1 and normalise(completed[0]["transcript"]).startswith("and so")
     assert code in CLEAN_EXIT, server.log_tail()
     assert "Application shutdown complete" in server.log_tail()
 

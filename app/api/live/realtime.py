@@ -246,6 +246,8 @@ class RealtimeConnection(LiveConnection):
             raise LiveError(f"audio dropped: {e}", "invalid_audio", param="audio",
                             event_id=event_id) from e  # fmt: skip
         self.audio_since_commit = self.audio_since_commit or bool(data)
+        if self.open is None and self.config.turn_detection is None and data:
+            self._open_item()  # without turns, the audio since the last commit is the next item
 
     def _commit(self, event_id: str | None) -> None:
         if self.runner is None or not self.audio_since_commit:
@@ -320,8 +322,8 @@ class RealtimeConnection(LiveConnection):
                 self.outbox.put(Cleared())
             case CommittedText() if self.clears and not self.ended:
                 pass  # from audio the client cleared
-            case PartialText(text=text) if self.partials and not self.clears and (
-                text or self.open or self.ended
+            case PartialText(text=text) if (
+                self.partials and not self.clears and (text or self.open or self.ended)
             ):
                 item = self._text_item()
                 partial = TranscriptionPartial(item_id=item.id, text=text)
@@ -342,6 +344,8 @@ class RealtimeConnection(LiveConnection):
         if self.open is not None and self.audio_since_commit:
             self._end_item(self.open)
         await self.close_runner()
+        if self.open is not None and self.open.text:  # its first words came with the last pass
+            self._end_item(self.open)
         while self.ended:
             self._complete()
 
