@@ -36,6 +36,7 @@ from app.engine.logit_filters import (
     ApplyTimestampRules,
     LogitFilter,
     RepetitionGuard,
+    SuppressAtStart,
     SuppressBlank,
     SuppressTokens,
     log_softmax,
@@ -91,7 +92,9 @@ class DecodingOptions:
     patience: beam search keeps going until round(beam_size * patience) candidates finished.
     length_penalty: None = rank by log-prob / length; alpha in [0, 1] = Google NMT penalty.
     prompt: previous text (str, encoded with a leading space) or tokens; the last 223 are used.
-    prefix: text or tokens forced at the start of the sampled part.
+    prefix: text or tokens forced at the start of the sampled part. Tokens that hold timestamps
+        (a live stream's committed text) continue under the timestamp grammar: after a prefix
+        ending in text, text may follow.
     suppress_tokens: ids, or a comma-separated string; -1 = the model's non-speech symbols.
     max_initial_timestamp: the first timestamp is at most this many seconds into the window.
     kv_cache: "concat" | "static" | "none" (reference: full re-run every step).
@@ -305,6 +308,11 @@ class DecodingTask:
         )
         self.initial_tokens = self._initial_tokens()
         self.sample_begin = len(self.initial_tokens)
+        # a prefix with timestamps (a live stream's committed segments) is part of the sampled
+        # text for the timestamp grammar; a text prefix (openai/whisper's) is not
+        forced = self._prefix_tokens
+        timed = any(t >= tokenizer.timestamp_begin for t in forced)
+        self.grammar_begin = self.sample_begin - len(forced) if timed else self.sample_begin
         self.sot_index = self.initial_tokens.index(tokenizer.sot)
         if self.sample_begin >= self.n_ctx:
             raise ValueError("the prompt and prefix leave no room to decode")
@@ -322,6 +330,7 @@ class DecodingTask:
 
     def _initial_tokens(self) -> tuple[int, ...]:
         tokens = list(self.sot_sequence)
+        self._prefix_tokens: list[int] = []
         if self.options.prefix:
             prefix = self._encode_text(self.options.prefix)
             max_prefix_len = self.n_ctx // 2 - self.sample_len
@@ -329,6 +338,7 @@ class DecodingTask:
             keep = max_prefix_len if max_prefix_len > 0 else self.n_ctx // 2 - 1
             prefix = prefix[-keep:]
             tokens += prefix
+            self._prefix_tokens = prefix
         if self.options.prompt:
             prompt = self._encode_text(self.options.prompt)
             tokens = [self.tokenizer.sot_prev, *prompt[-(self.n_ctx // 2 - 1) :], *tokens]
@@ -353,6 +363,10 @@ class DecodingTask:
             filters.append(SuppressBlank(tok.encode(" "), tok.eot, self.sample_begin))
         if opts.suppress_tokens:
             filters.append(SuppressTokens(self._suppress_tokens()))
+        forced = self._prefix_tokens
+        if self.grammar_begin < self.sample_begin and forced[-1] < tok.eot:
+            # a timed prefix ending in text (a live stream's committed words): they stay whole
+            filters.append(SuppressAtStart(tok.word_continuations, self.sample_begin))
         if not opts.without_timestamps:
             max_index = None
             if opts.max_initial_timestamp is not None:
@@ -362,7 +376,7 @@ class DecodingTask:
                     eot=tok.eot,
                     no_timestamps=tok.no_timestamps,
                     timestamp_begin=tok.timestamp_begin,
-                    sample_begin=self.sample_begin,
+                    sample_begin=self.grammar_begin,
                     max_initial_timestamp_index=max_index,
                 )
             )

@@ -58,6 +58,19 @@ class SuppressBlank(LogitFilter):
             logits[:, self.suppress] = NEG_INF
 
 
+class SuppressAtStart(LogitFilter):
+    """At the first sampled position, forbid `tokens` (after a forced prefix that ends inside
+    the text: the word continuations, so that the prefix's last word stays whole)."""
+
+    def __init__(self, tokens: Iterable[int], sample_begin: int) -> None:
+        self.suppress = np.asarray(sorted(set(tokens)), dtype=np.intp)
+        self.sample_begin = sample_begin
+
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        if tokens.shape[1] == self.sample_begin:
+            logits[:, self.suppress] = NEG_INF
+
+
 class SuppressTokens(LogitFilter):
     """Always forbid a fixed set of token ids."""
 

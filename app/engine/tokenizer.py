@@ -311,6 +311,16 @@ class Tokenizer:
         return self.timestamp_begin + round(seconds / TIME_PRECISION)
 
     @cached_property
+    def word_continuations(self) -> tuple[int, ...]:
+        """Text tokens that continue the word before them: their bytes start with an ASCII
+        letter or digit or an apostrophe ("r" of " you" "r", "'re")."""
+        return tuple(
+            t
+            for t in range(self.eot)
+            if (raw := self.token_bytes(t)[:1]) == b"'" or (raw.isascii() and raw.isalnum())
+        )
+
+    @cached_property
     def non_speech_tokens(self) -> tuple[int, ...]:
         """Symbol tokens to suppress so the model does not write speaker tags or annotations
         ("♪♪♪", "( SPEAKING FOREIGN LANGUAGE )", "[DAVID] Hey there,"), keeping basic

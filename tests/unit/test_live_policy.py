@@ -37,9 +37,9 @@ def test_local_agreement_commits_the_common_prefix(new: str, pending: str, expec
 @pytest.mark.parametrize(
     ("peaks", "expected"),
     [
-        ([1.0, 2.0, 3.0], 3),  # all read well before the edge (end 4.0 - 0.5)
+        ([1.0, 2.0, 3.0], 2),  # read well before the edge (end 4.0 - 0.5); the last word waits
         ([1.0, 3.6, 2.0], 1),  # the second word looked at the edge: it and all after wait
-        ([3.5, 1.0, 1.0], 3),  # exactly at the limit still counts as safe
+        ([3.5, 1.0, 1.0], 2),  # exactly at the limit still counts as safe
         ([3.51, 1.0, 1.0], 0),
         ([1.0, None, 1.0], 1),  # no attention: never safe
     ],
@@ -51,9 +51,16 @@ def test_alignatt_commits_up_to_the_first_word_at_the_edge(
     assert policy.commit_count(words("ask not what", peaks), [], audio_end_s=4.0) == expected
 
 
+def test_alignatt_never_commits_the_last_word() -> None:
+    """Nothing after the last word shows it is whole: "you" may become "your"."""
+    assert AlignAtt(0.5).commit_count(words("what you", [1.0, 1.2]), [], audio_end_s=4.0) == 1
+    assert AlignAtt(0.5).commit_count(words("you", [1.0]), [], audio_end_s=4.0) == 0
+    assert AlignAtt(0.5).commit_count([], [], audio_end_s=4.0) == 0
+
+
 def test_alignatt_needs_no_second_pass() -> None:
     new = words("ask not what", [0.5, 1.0, 1.5])
-    assert AlignAtt(0.5).commit_count(new, [], audio_end_s=4.0) == 3
+    assert AlignAtt(0.5).commit_count(new, [], audio_end_s=4.0) == 2
     assert LocalAgreement().commit_count(new, [], audio_end_s=4.0) == 0
 
 

@@ -3,8 +3,10 @@ buffer is cut.
 
 The buffer keeps committed audio as context for what follows. Its committed closed segments
 become the next pass's forced prefix (with their timestamps), so they are never decoded again;
-a pass's words are matched against the committed ones to find the new words; once the buffer
-grows past `trim_s` it is cut at the end of a committed segment.
+with AlignAtt, which commits inside a segment that is still growing, the committed words of that
+segment are forced too (its opening timestamp and their tokens). A pass's words are matched
+against the committed ones to find the new words; once the buffer grows past `trim_s` it is cut
+at the end of a committed segment.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ class BufferContext:
         self.tokenizer = tokenizer
         self.options = options
         self.committed: list[LiveWord] = []  # committed words still inside the buffer
-        self.prefix: list[PassSegment] = []  # committed closed segments: the next prefix
+        # the next pass's forced prefix: committed closed segments, then (AlignAtt) the
+        # committed start of the open one (closed=False)
+        self.prefix: list[PassSegment] = []
 
     def forget(self) -> None:
         """The buffer's committed audio is gone (or no longer context)."""
@@ -65,7 +69,7 @@ class BufferContext:
         for seg in self.prefix:
             start = tok.timestamp_begin + round(seg.start / TIME_PRECISION)
             end = tok.timestamp_begin + round(seg.end / TIME_PRECISION)
-            tokens += [start, *seg.tokens, end]
+            tokens += [start, *seg.tokens, end] if seg.closed else [start, *seg.tokens]
             n_words += len(split_units(tok.decode(seg.tokens)))
         return tuple(tokens), n_words
 
@@ -147,9 +151,11 @@ class BufferContext:
             covered = i
         stalled = stalled and covered == len(segments) - 1
         self.prefix = list(segments[: covered + 1])
+        part = self._committed_part(decoded, done, covered + 1)
         prefix_tokens = sum(len(s.tokens) + 2 for s in self.prefix)
         too_long = audio_s > self.options.trim_s or prefix_tokens > MAX_PREFIX_TOKENS
         if covered < 0 or not (too_long or forced or stalled):
+            self.prefix += [part] if part is not None else []
             return Settled()
         keep_s = self.options.trim_s / 2
         ends = [s.end for s in self.prefix]
@@ -160,8 +166,25 @@ class BufferContext:
         first_kept = max((j + 1 for j, w in enumerate(hyp) if w.segment <= cut_index), default=0)
         self.buffer.drop_before(cut)
         self.committed = self.committed[first_kept:]
-        self.prefix = [s.shifted(cut_s) for s in self.prefix[cut_index + 1 :]]
+        kept = [*self.prefix[cut_index + 1 :], *([part] if part is not None else [])]
+        self.prefix = [s.shifted(cut_s) for s in kept]
         self.transcript.close_segment()
         log.debug("buffer cut at %.2f s (segment end%s)", cut / SAMPLE_RATE,
                   ", the decoder stopped there" if stalled else "")  # fmt: skip
         return Settled(cut=True, stalled=stalled)
+
+    def _committed_part(self, decoded: Pass, done: int, index: int) -> PassSegment | None:
+        """AlignAtt: segment `index` (still open, or not fully committed) with only the tokens
+        of its committed words (hyp[:done]); None when it holds none or the policy waits for
+        agreement (LocalAgreement re-decodes it)."""
+        if self.options.policy != "alignatt" or index >= len(decoded.segments):
+            return None
+        count = sum(1 for w in decoded.words[:done] if w.segment == index)
+        if count == 0:
+            return None
+        tokens, decode = decoded.segments[index].tokens, self.tokenizer.decode
+        n = 0  # the tokens of its first `count` words, with what joins the last of them
+        while n < len(tokens) and len(split_units(decode(tokens[: n + 1]))) <= count:
+            n += 1
+        start = decoded.segments[index].start
+        return PassSegment(start, start, tokens[:n], False)

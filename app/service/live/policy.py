@@ -11,7 +11,8 @@ words and times in, a count out; no audio, no model.
   once the decoder, while reading it, attended (alignment heads) to audio at least `edge_s`
   before the end of the buffer; the first word that looks at the edge stops the commit, since
   the audio after it may change it. One pass suffices, so words come out a step earlier. A
-  word without attention (`peak` None) is never safe.
+  word without attention (`peak` None) is never safe, nor is the pass's last word: nothing
+  after it shows that it is whole (Whisper reads "you" where more audio makes "your").
 
 At a pause or a client commit the session commits everything, whatever the policy.
 """
@@ -65,10 +66,10 @@ class AlignAtt:
         self, new: Sequence[LiveWord], pending: Sequence[LiveWord], audio_end_s: float
     ) -> int:
         limit = audio_end_s - self.edge_s
-        for i, word in enumerate(new):
+        for i, word in enumerate(new[:-1]):
             if word.peak is None or word.peak > limit:
                 return i
-        return len(new)
+        return max(len(new) - 1, 0)
 
 
 def make_policy(name: str, edge_s: float) -> CommitPolicy:
