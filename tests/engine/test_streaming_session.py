@@ -139,12 +139,22 @@ def test_a_pass_that_stops_early_cuts_the_buffer(tiny_tr: Transcriber) -> None:
     assert session.context.settle(stalled, len(stalled.words), forced=False).stalled
     assert session._buf.start == 5 * 16000 and session.context.committed == []
 
-    # a last segment that ends with the audio may still grow: no cut
-    session = StreamingSession(tiny_tr, StreamingOptions(language="en", vad=None), None)
-    session.append(np.zeros(16000 * 8, np.float32))
-    session.advance()
-    growing = _fake_pass(session, segment_end=7.5)
-    session.context.committed = list(growing.words)
-    settled = session.context.settle(growing, len(growing.words), forced=False)
-    assert not settled.cut and not settled.stalled
-    assert session._buf.start == 0 and session.context.prefix == []
+    # a last segment that ends with the audio may still grow: no cut; it is not forced whole
+    # (LocalAgreement decodes it again; AlignAtt forces its committed words, without its end)
+    for policy in ("local_agreement", "alignatt"):
+        options = StreamingOptions(language="en", vad=None, policy=policy)  # type: ignore[arg-type]
+        session = StreamingSession(tiny_tr, options, None)
+        session.append(np.zeros(16000 * 8, np.float32))
+        session.advance()
+        growing = _fake_pass(session, segment_end=7.5)
+        session.context.committed = list(growing.words)
+        settled = session.context.settle(growing, len(growing.words), forced=False)
+        assert not settled.cut and not settled.stalled
+        assert session._buf.start == 0
+        forced = session.context.prefix
+        if policy == "local_agreement":
+            assert forced == []
+        else:
+            assert [(s.tokens, s.closed) for s in forced] == [(growing.segments[0].tokens, False)]
+            tokens, n_words = session.context.prefix_tokens()
+            assert n_words == 4 and tokens[0] == session.tokenizer.timestamp_begin  # no end

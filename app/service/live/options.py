@@ -39,8 +39,8 @@ class StreamingOptions:
     step_s: float = 1.0
     trim_s: float = 10.0
     max_buffer_s: float = 20.0
-    policy: PolicyName = "local_agreement"
-    edge_s: float = 0.5
+    policy: PolicyName = "alignatt"
+    edge_s: float = 0.7
     vad: VadOptions | None = field(default_factory=VadOptions)
     preroll_s: float = 0.3
     context_gap_s: float = 3.0
