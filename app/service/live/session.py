@@ -363,8 +363,11 @@ class StreamingSession:
         prompt = self._prompt + self.context.committed_prompt()
         skip = max(len(self.context.committed) - prefix_words, 0)
         request = PassRequest(audio, self._buf.start, prompt, prefix)
+        started = self._decode.total
         with self._decode:
             decoded = self.passes.run(request, self._live_partial(skip), cancel)
+        log.debug("pass over %.2f s took %.0f ms", decoded.seconds,
+                  1e3 * (self._decode.total - started))  # fmt: skip
         self._passes += 1
         self._skipped += decoded.result is None or decoded.result.looped
         return decoded
