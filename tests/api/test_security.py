@@ -80,7 +80,7 @@ def test_the_route_walk_finds_the_endpoints() -> None:
     assert {"/metrics", "/docs", "/openapi.json", "/v1/models", "/v1/audio/transcriptions"} <= (
         found
     )
-    assert WS_ROUTES == ["/v1/audio/stream"]
+    assert WS_ROUTES == ["/v1/audio/stream", "/v1/realtime"]
 
 
 @pytest.mark.parametrize(("method", "path"), HTTP_ROUTES)
@@ -126,12 +126,13 @@ async def ws_outcome(url: str, **kwargs: object) -> tuple[list[dict], int | None
         return events, ws.close_code
 
 
+@pytest.mark.parametrize("path", WS_ROUTES)
 @pytest.mark.parametrize(
     "how",
     ["missing", "wrong query", "wrong header", "wrong subprotocol", "key as plain subprotocol"],
 )
-def test_websocket_needs_the_key(strict_server: LiveServer, how: str) -> None:
-    url = ws_url(strict_server)
+def test_websocket_needs_the_key(strict_server: LiveServer, how: str, path: str) -> None:
+    url = strict_server.base_url.replace("http://", "ws://") + path
     kwargs: dict[str, object] = {
         "missing": {},
         "wrong query": {"uri": url + "?api_key=nope"},

@@ -158,3 +158,34 @@ def test_a_pass_that_stops_early_cuts_the_buffer(tiny_tr: Transcriber) -> None:
             assert [(s.tokens, s.closed) for s in forced] == [(growing.segments[0].tokens, False)]
             tokens, n_words = session.context.prefix_tokens()
             assert n_words == 4 and tokens[0] == session.tokenizer.timestamp_begin  # no end
+
+
+def commit_lags(transcriber: Transcriber, vad: SileroVad, policy: str) -> tuple[list[float], str]:
+    """(audio received when each word was committed - its end, the text) for jfk."""
+    lags: list[float] = []
+    session: StreamingSession
+    events: list[StreamEvent] = []
+
+    def record(event: StreamEvent) -> None:
+        events.append(event)
+        if isinstance(event, CommittedText):
+            lags.append(session.received_s - event.end)
+
+    options = StreamingOptions(language="en", policy=policy)  # type: ignore[arg-type]
+    session = StreamingSession(transcriber, options, vad, record)
+    run_session(session, clip(JFK))
+    check_events(events, session.text)
+    return lags, session.text
+
+
+def test_alignatt_commits_sooner_than_local_agreement(tiny_tr: Transcriber, vad: SileroVad) -> None:
+    """Fed the same audio in the same pieces (no clock involved), AlignAtt commits jfk's words
+    after less audio than LocalAgreement, and writes the same words (one may differ)."""
+    median: dict[str, float] = {}
+    for policy in ("local_agreement", "alignatt"):
+        lags, text = commit_lags(tiny_tr, vad, policy)
+        words, reference = normalise(text).split(), JFK_TEXT.split()
+        assert len(words) == len(reference), text
+        assert sum(a != b for a, b in zip(words, reference, strict=True)) <= 1, text
+        median[policy] = float(np.median(lags))
+    assert median["alignatt"] < median["local_agreement"] - 0.05, median  # 0.65 vs 0.75 s
