@@ -15,7 +15,8 @@ load from other processes hits both alike. `--streams N` runs N sessions of the 
   (t0 + its end in the audio); median, p90 and max over all words (of all streams);
 - done after end: from the last audio frame to the last `...transcription.completed`;
 - WER of the streamed text (the items' transcripts in order) against the REST transcription of
-  the same clip (greedy, normalised words).
+  the same clip (greedy, normalised words); and both texts' WER against the clip's reference
+  (`tests/data/manifest.jsonl`, Whisper's English normaliser).
 
 Word times are not the server's own estimates: they come from a forced alignment of the REST
 transcript done here with the PyTorch reference model of `tests/oracle.py` (the same weights)
@@ -45,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.api_latency import launch_server  # noqa: E402
-from benchmarks.common import AUDIO, header, load1  # noqa: E402
+from benchmarks.common import AUDIO, clip_reference, header, load1, wer  # noqa: E402
 
 CLIPS = {
     "jfk": AUDIO / "jfk.wav",
@@ -231,11 +232,11 @@ def norm(text: str) -> str:
     return " ".join("".join(c.lower() if c.isalnum() else " " for c in text).split())
 
 
-def analyse(runs: list[Run], ref: list[RefWord], rest_text: str) -> dict:
+def analyse(runs: list[Run], ref: list[RefWord], rest_text: str, truth: str) -> dict:
     import jiwer
 
     latencies: list[float] = []
-    first_deltas, done_after, wers = [], [], []
+    first_deltas, done_after, wers, texts = [], [], [], []
     matched = words = 0
     for run in runs:
         committed: list[tuple[str, float]] = []  # words with the wall time of their delta
@@ -260,6 +261,7 @@ def analyse(runs: list[Run], ref: list[RefWord], rest_text: str) -> dict:
         if completed:
             done_after.append(completed[-1][0] - run.audio_end_t)
         wers.append(jiwer.wer(norm(rest_text), norm(text)) if text else 1.0)
+        texts.append(text)
     return {
         "first_delta_s": percentile(first_deltas, 50),
         "median_s": percentile(latencies, 50),
@@ -269,6 +271,8 @@ def analyse(runs: list[Run], ref: list[RefWord], rest_text: str) -> dict:
         "ref_words": len(ref) * len(runs),
         "done_after_end_s": percentile(done_after, 50),
         "wer_vs_rest": float(np.mean(wers)),
+        "wer": wer([truth] * len(texts), texts)[0],  # against the clip's reference text, %
+        "rest_wer": wer([truth], [rest_text])[0],
         "load": load1(),
     }
 
@@ -322,6 +326,7 @@ def main() -> int:
                 wire = soxr_resample(audio, SR, WIRE_RATE)
                 pcm24 = (np.clip(wire, -1, 1) * 32767).astype("<i2").tobytes()
                 rest = rest_verbose(servers[policies[0]].url, path, model)
+                truth = clip_reference(path) or ""
                 ref = reference_words(model, audio, rest["segments"])
                 for streams in (int(n) for n in args.streams.split(",")):
                     for rep in range(args.repeats):
@@ -330,7 +335,7 @@ def main() -> int:
                             runs = asyncio.run(stream_many(servers[policy].url, pcm24, streams))
                             row = {"model": model, "clip": clip, "policy": policy,
                                    "streams": streams, "run": rep + 1,
-                                   **analyse(runs, ref, rest["text"])}  # fmt: skip
+                                   **analyse(runs, ref, rest["text"], truth)}  # fmt: skip
                             rows.append(row)
                             print(json.dumps(row), flush=True)
         finally:
@@ -339,8 +344,8 @@ def main() -> int:
 
     lines = [
         "| model | clip | policy | streams | run | first delta | commit latency median / p90 / "
-        "max | words matched | done after end | WER vs REST | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "max | words matched | done after end | WER vs REST | WER stream / REST | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -348,7 +353,8 @@ def main() -> int:
             f"| {r['first_delta_s']:.2f} s "
             f"| {r['median_s']:.2f} / {r['p90_s']:.2f} / {r['max_s']:.2f} s "
             f"| {r['matched']}/{r['ref_words']} | {r['done_after_end_s']:.2f} s "
-            f"| {100 * r['wer_vs_rest']:.1f} % | {r['load']:.1f} |"
+            f"| {100 * r['wer_vs_rest']:.1f} % | {r['wer']:.1f} / {r['rest_wer']:.1f} % "
+            f"| {r['load']:.1f} |"
         )
     table = "\n".join(lines)
     print(table)
