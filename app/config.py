@@ -122,7 +122,7 @@ class Settings(BaseSettings):
         "(local_agreement) or the decoder's attention has moved past it (alignatt).",
     )
     stream_edge_s: float = Field(
-        default=0.5,
+        default=0.7,
         ge=0.0,
         le=5.0,
         description="Live streams, alignatt: a word is committed once the decoder attended to "

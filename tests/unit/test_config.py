@@ -99,3 +99,16 @@ def test_batching_settings_reach_the_registry(clean_env: pytest.MonkeyPatch) -> 
     clean_env.setenv("STT_KV_CACHE", "concat")
     clean_env.setenv("STT_BATCHING", "false")
     assert build_registry(Settings()).batching is None
+
+
+def test_live_stream_defaults_are_the_sessions(clean_env: pytest.MonkeyPatch) -> None:
+    """The server's live settings default to what a `StreamingOptions` defaults to: one default
+    per knob, whichever way a session is made (the edge once drifted to 0.5 here vs 0.7)."""
+    from app.service.live import StreamingOptions
+
+    settings, options = Settings(), StreamingOptions()
+    assert (settings.stream_policy, settings.stream_edge_s, settings.stream_step_s) == (
+        options.policy,
+        options.edge_s,
+        options.step_s,
+    )
