@@ -144,6 +144,21 @@ def language_code(language: str | None) -> str | None:
     )
 
 
+def model_language(name: str, multilingual: bool, language: str | None) -> str | None:
+    """The language a job or stream on model `name` runs in: `language` normalised (None =
+    detect); always "en" on an English-only model, which takes no other (InvalidRequestError).
+    """
+    code = language_code(language)
+    if multilingual:
+        return code
+    if code not in (None, "en"):
+        raise InvalidRequestError(
+            f"The model '{name}' is English-only; it cannot transcribe language '{code}'",
+            param="language",
+        )
+    return "en"
+
+
 class LoadedModel:
     """One model folder ready to transcribe: sessions, tokenizer, transcriber."""
 
@@ -180,17 +195,9 @@ class LoadedModel:
 
     def options_for(self, job: TranscriptionJob) -> TranscriptionOptions:
         """The transcriber options for a job (validated; raises `InvalidRequestError`)."""
-        language = language_code(job.language)
-        task = job.task
-        if not self.multilingual:
-            if language not in (None, "en"):
-                raise InvalidRequestError(
-                    f"The model '{self.name}' is English-only; it cannot transcribe "
-                    f"language '{language}'",
-                    param="language",
-                )
-            # An English-only model's output is English already: translation = transcription.
-            language, task = "en", "transcribe"
+        language = model_language(self.name, self.multilingual, job.language)
+        # An English-only model's output is English already: translation = transcription.
+        task = job.task if self.multilingual else "transcribe"
         changes: dict[str, object] = {"language": language, "task": task}
         if job.prompt:
             changes["initial_prompt"] = job.prompt

@@ -160,14 +160,14 @@ class TranscriptionInfo:
     stats: TranscriptionStats = field(default_factory=TranscriptionStats, compare=False)
 
 
-class Stopwatch:
+class TimeSpent:
     """The total wall time (seconds) of the `with` bodies it timed."""
 
     def __init__(self) -> None:
         self.total = 0.0
         self._started = 0.0
 
-    def __enter__(self) -> Stopwatch:
+    def __enter__(self) -> TimeSpent:
         self._started = time.perf_counter()
         return self
 

@@ -23,7 +23,7 @@ from app.api.live.audio_stream import (
     parse_client_message,
 )
 from app.api.live.audio_stream_config import StreamConfig, apply_update
-from app.api.live.connection import CLOSE_TOO_BIG, LiveError
+from app.api.live.connection import CLOSE_TOO_BIG, LiveDeps, LiveError
 from app.config import Settings
 from app.service.live import ENCODINGS, StreamingOptions
 from app.service.registry import UnknownModelError
@@ -217,6 +217,7 @@ def test_session_updates(patches: list[Any]) -> None:
         assert updated.encoding in ENCODINGS
         assert updated.task == "transcribe" and updated.language == "en"  # English-only
         assert updated.prompt is None or isinstance(updated.prompt, str)
-        options = updated.options(registry, settings)  # type: ignore[arg-type]
+        deps = LiveDeps(settings, registry, None, None, None)  # type: ignore[arg-type]
+        options = deps.stream_options(**updated.session_fields())
         assert isinstance(options, StreamingOptions)
         config = updated

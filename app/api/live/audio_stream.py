@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,7 +30,14 @@ from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
 from app.api.live.audio_stream_config import StreamConfig, apply_update
-from app.api.live.connection import LiveConnection, LiveDeps, LiveError, check_size, serve
+from app.api.live.connection import (
+    LiveConnection,
+    LiveDeps,
+    LiveError,
+    check_size,
+    load_json_event,
+    serve,
+)
 from app.api.schemas import ErrorEvent, ErrorObject, TextDeltaEvent, TextDoneEvent
 from app.service.live import (
     AudioDecodeError,
@@ -99,27 +105,6 @@ class SessionClose:
 
 
 ClientMessage = AudioAppend | SessionUpdate | BufferCommit | SessionClose
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def load_json_event(text: str) -> dict[str, Any]:
-    """A text frame -> a JSON object with a string `type`; raises LiveError (NaN/Infinity,
-    absurd nesting and non-objects included)."""
-    try:
-        event = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as e:
-        raise LiveError(
-            f"text messages must be JSON events ({e.msg} at {e.pos}); send audio as binary "
-            "frames or input_audio_buffer.append", "invalid_json",
-        ) from e  # fmt: skip
-    except (ValueError, RecursionError) as e:  # NaN, 5000-digit numbers, [[[[... nesting
-        raise LiveError(f"text messages must be JSON events ({e})", "invalid_json") from e
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-        raise LiveError("an event is a JSON object with a string 'type'", "invalid_event")
-    return event
 
 
 def decode_base64_audio(audio: Any) -> bytes:
@@ -214,7 +199,7 @@ class AudioStreamConnection(LiveConnection):
         if self.runner is None:
             config = self.config
             pcm = PcmInput(config.encoding, config.sample_rate)
-            options = config.options(self.deps.registry, self.settings)
+            options = self.deps.stream_options(**config.session_fields())
             self.start_runner(config.model, options, pcm)
         assert self.runner is not None
         try:

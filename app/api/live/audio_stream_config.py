@@ -20,7 +20,7 @@ from app.service.registry import (
     LoadedModel,
     ModelRegistry,
     UnknownModelError,
-    language_code,
+    model_language,
 )
 
 FIELDS = ("model", "language", "task", "sample_rate", "encoding", "prompt", "vad",
@@ -45,20 +45,16 @@ class StreamConfig:
         vad = VadOptions() if registry.vad is not None and settings.vad_filter else None
         return cls(model, None if model.multilingual else "en", vad=vad)
 
-    def options(self, registry: ModelRegistry, settings: Settings) -> StreamingOptions:
-        return StreamingOptions(
-            language=self.language,
-            task=self.task,
-            step_s=settings.stream_step_s,
-            policy=settings.stream_policy,
-            edge_s=settings.stream_edge_s,
-            vad=self.vad,
-            preroll_s=self.preroll_s,
-            prompt=self.prompt,
-            no_speech_threshold=registry.base_options.no_speech_threshold,
-            kv_cache=registry.base_options.kv_cache,
-            word_timestamps=self.word_timestamps,
-        )
+    def session_fields(self) -> dict[str, Any]:
+        """This session's own `StreamingOptions` fields (the server adds its live settings)."""
+        return {
+            "language": self.language,
+            "task": self.task,
+            "vad": self.vad,
+            "preroll_s": self.preroll_s,
+            "prompt": self.prompt,
+            "word_timestamps": self.word_timestamps,
+        }
 
     def as_json(self, step_s: float) -> dict[str, Any]:
         return {
@@ -94,19 +90,12 @@ def apply_update(config: StreamConfig, patch: Any, registry: ModelRegistry) -> S
             raise LiveError(str(e), "model_not_found", param="session.model") from e
         if language == "en" and "language" not in patch and model.multilingual:
             language = None
-    if "language" in patch:
-        try:
-            language = language_code(patch["language"])
-        except (InvalidRequestError, AttributeError) as e:
-            raise LiveError(
-                f"unsupported language {patch['language']!r}", "unsupported_language",
-                param="session.language",
-            ) from e  # fmt: skip
-    if not model.multilingual:
-        if language not in (None, "en"):
-            raise LiveError(f"the model '{model.name}' is English-only", "unsupported_language",
-                            param="session.language")  # fmt: skip
-        language = "en"
+    raw = patch.get("language", language)
+    try:
+        language = model_language(model.name, model.multilingual, raw)
+    except (InvalidRequestError, AttributeError) as e:  # AttributeError: not a string
+        message = str(e) if isinstance(e, InvalidRequestError) else f"unsupported language {raw!r}"
+        raise LiveError(message, "unsupported_language", param="session.language") from e
     changes.update(model=model, language=language)
     if "task" in patch:
         if patch["task"] not in ("transcribe", "translate"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from abc import ABC, abstractmethod
 from collections import deque
@@ -84,6 +85,27 @@ def check_size(size: int, max_bytes: int) -> None:
         )  # fmt: skip
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json_event(text: str) -> dict[str, Any]:
+    """A text frame -> a JSON object with a string `type`; raises LiveError (NaN/Infinity,
+    absurd nesting and non-objects included)."""
+    try:
+        event = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise LiveError(
+            f"text messages must be JSON events ({e.msg} at {e.pos}); send audio as binary "
+            "frames or input_audio_buffer.append", "invalid_json",
+        ) from e  # fmt: skip
+    except (ValueError, RecursionError) as e:  # NaN, 5000-digit numbers, [[[[... nesting
+        raise LiveError(f"text messages must be JSON events ({e})", "invalid_json") from e
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise LiveError("an event is a JSON object with a string 'type'", "invalid_event")
+    return event
+
+
 @dataclass(frozen=True)
 class LiveDeps:
     """What a live connection uses of the app (from `app.state`)."""
@@ -93,6 +115,19 @@ class LiveDeps:
     pool: WorkerPool
     vad: SileroVad | None
     drain: asyncio.Event  # set at shutdown: sessions end as if the client had closed them
+
+    def stream_options(self, **session: Any) -> StreamingOptions:
+        """A session's options: the server's live settings and decoding defaults, then the
+        session's own fields (language, vad, prompt, ...)."""
+        s, base = self.settings, self.registry.base_options
+        return StreamingOptions(
+            step_s=s.stream_step_s,
+            policy=s.stream_policy,
+            edge_s=s.stream_edge_s,
+            no_speech_threshold=base.no_speech_threshold,
+            kv_cache=base.kv_cache,
+            **session,
+        )
 
     @property
     def limits(self) -> LiveLimits:
@@ -108,8 +143,11 @@ class Outbox:
     def __init__(self) -> None:
         self._items: deque[tuple[BaseModel, bool]] = deque()
         self._ready = asyncio.Event()
+        self._idle = asyncio.Event()  # everything put was sent
+        self._idle.set()
 
     def put(self, event: BaseModel, *, replaceable: bool = False) -> None:
+        self._idle.clear()
         last = self._items[-1] if self._items else None
         if replaceable and last is not None and last[1] and type(last[0]) is type(event):
             self._items[-1] = (event, True)
@@ -123,8 +161,13 @@ class Outbox:
             await self._ready.wait()
         return self._items.popleft()[0]
 
-    def empty(self) -> bool:
-        return not self._items
+    def sent(self) -> None:
+        """The sender sent the event it got last."""
+        if not self._items:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
 
 
 ErrorFactory = Callable[[LiveError], BaseModel]
@@ -263,7 +306,7 @@ class LiveConnection(ABC):
             if self.runner is not None:
                 await self.runner.stop()
         if close_code and self.ws.client_state == WebSocketState.CONNECTED:
-            await self._drain_outbox()
+            await self._drain_outbox(sender)
             with contextlib.suppress(Exception):
                 await self.ws.close(code=close_code, reason=reason)
         sender.cancel()
@@ -282,12 +325,13 @@ class LiveConnection(ABC):
         while True:
             event = await self.outbox.get()
             await self.ws.send_text(event.model_dump_json())
+            self.outbox.sent()
 
-    async def _drain_outbox(self, timeout: float = 10.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not self.outbox.empty() and loop.time() < deadline:
-            await asyncio.sleep(0.01)
+    async def _drain_outbox(self, sender: asyncio.Task[None], timeout: float = 10.0) -> None:
+        """Until every event put was sent (or the sender stopped: the client is gone)."""
+        idle = asyncio.ensure_future(self.outbox.wait_idle())
+        await asyncio.wait({idle, sender}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        idle.cancel()
 
     async def _receive_loop(self) -> tuple[int, str]:
         """Handle messages until the client closes (returns the close code) or a limit. At

@@ -33,8 +33,14 @@ from typing import Any
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
-from app.api.live.audio_stream import load_json_event
-from app.api.live.connection import LiveConnection, LiveDeps, LiveError, check_size, serve
+from app.api.live.connection import (
+    LiveConnection,
+    LiveDeps,
+    LiveError,
+    check_size,
+    load_json_event,
+    serve,
+)
 from app.api.live.realtime_config import (
     RealtimeConfig,
     apply_beta,
@@ -80,7 +86,12 @@ from app.service.live import (
 )
 from app.service.live import SpeechStarted as SpeechBegan
 from app.service.live import SpeechStopped as SpeechEnded
-from app.service.registry import InvalidRequestError, UnknownModelError, language_code
+from app.service.registry import (
+    InvalidRequestError,
+    LoadedModel,
+    UnknownModelError,
+    model_language,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +120,7 @@ class RealtimeConnection(LiveConnection):
         self.session_id = "sess_" + new_item_id().removeprefix("item_")
         vad_available = deps.vad is not None
         self.config = RealtimeConfig() if vad_available else RealtimeConfig(turn_detection=None)
+        self.model, self.language = self._resolve(self.config)
         self.beta = False  # reply in the beta shape (the client sent transcription_session.update)
         self.open: _Item | None = None  # the item audio is going into
         self.ended: deque[_Item] = deque()  # committed, waiting for their final text
@@ -140,7 +152,7 @@ class RealtimeConnection(LiveConnection):
             self.outbox.put(problem.event())
         if any(p.code == "invalid_value" for p in problems):
             return  # rejected whole
-        self._check_model(config, event_id)
+        model, language = self._resolve(config, event_id)
         if config != self.config and self.runner is not None:
             if self.open is not None or self.ended or self.audio_since_commit:
                 raise LiveError(
@@ -149,50 +161,38 @@ class RealtimeConnection(LiveConnection):
                 )  # fmt: skip
             self._retire_runner()
         self.config, self.beta = config, beta
+        self.model, self.language = model, language
         answer = TranscriptionSessionUpdated if beta else SessionUpdated
         self.outbox.put(answer(session=self.session_object()))
 
-    def _check_model(self, config: RealtimeConfig, event_id: str | None) -> None:
+    def _resolve(
+        self, config: RealtimeConfig, event_id: str | None = None
+    ) -> tuple[LoadedModel, str | None]:
+        """The loaded model and the language (normalised; None = detect) `config` names."""
         param = "session.audio.input.transcription."
         try:
             model = self.deps.registry.get(config.model)
         except UnknownModelError as e:
             raise LiveError(str(e), "model_not_found", param=param + "model",
                             event_id=event_id) from e  # fmt: skip
-        if config.language is None:
-            return
         try:
-            code = language_code(config.language)
-        except (InvalidRequestError, AttributeError) as e:
-            raise LiveError(f"unsupported language {config.language!r}", "unsupported_language",
-                            param=param + "language", event_id=event_id) from e  # fmt: skip
-        if not model.multilingual and code != "en":
-            raise LiveError(f"the model '{model.name}' is English-only", "unsupported_language",
-                            param=param + "language", event_id=event_id)  # fmt: skip
+            return model, model_language(model.name, model.multilingual, config.language)
+        except InvalidRequestError as e:
+            raise LiveError(str(e), "unsupported_language", param=param + "language",
+                            event_id=event_id) from e  # fmt: skip
 
     def _options(self) -> StreamingOptions:
-        config, settings, registry = self.config, self.settings, self.deps.registry
-        model = registry.get(config.model)
-        language = language_code(config.language) if config.language else None
-        turns = config.turn_detection
+        turns = self.config.turn_detection
         vad: VadOptions | None = None
         preroll_s = StreamingOptions().preroll_s
         if turns is not None and self.deps.vad is not None:
             vad = VadOptions(threshold=turns.threshold, neg_threshold=None,
                              min_silence_s=turns.silence_duration_ms / 1000)  # fmt: skip
             preroll_s = turns.prefix_padding_ms / 1000
-        elif self.deps.vad is not None and settings.vad_filter:
+        elif self.deps.vad is not None and self.settings.vad_filter:
             vad = VadOptions()  # no turns, but silence is still never decoded
-        return StreamingOptions(
-            language=language if model.multilingual else "en",
-            step_s=settings.stream_step_s,
-            policy=settings.stream_policy,
-            edge_s=settings.stream_edge_s,
-            vad=vad,
-            preroll_s=preroll_s,
-            prompt=config.prompt,
-            no_speech_threshold=registry.base_options.no_speech_threshold,
-            kv_cache=registry.base_options.kv_cache,
+        return self.deps.stream_options(
+            language=self.language, vad=vad, preroll_s=preroll_s, prompt=self.config.prompt
         )
 
     def _retire_runner(self) -> None:
@@ -238,7 +238,7 @@ class RealtimeConnection(LiveConnection):
                             event_id=event_id) from e  # fmt: skip
         if self.runner is None:
             pcm = PcmInput(self.config.encoding, self.config.rate)
-            self.start_runner(self.deps.registry.get(self.config.model), self._options(), pcm)
+            self.start_runner(self.model, self._options(), pcm)
         assert self.runner is not None
         try:
             self.runner.append(data)

@@ -69,11 +69,14 @@ class Inbox:
     def position(self) -> int:
         """Where the next waiting sample is (the end of the stream when none waits)."""
         with self._lock:
-            return self._pieces[0][0] if self._pieces else self.received
+            return self._position()
 
-    def take(self, n: int) -> tuple[int, np.ndarray] | None:
-        """Up to `n` samples from the front and where they start; None when empty. A piece
-        never crosses a flush mark: the audio after it waits until the flush is taken."""
+    def _position(self) -> int:
+        return self._pieces[0][0] if self._pieces else self.received
+
+    def take(self, n: int) -> np.ndarray | None:
+        """Up to `n` samples from the front (they start at `position`); None when empty. A
+        piece never crosses a flush mark: the audio after it waits until the flush is taken."""
         with self._lock:
             if not self._pieces:
                 return None
@@ -89,7 +92,7 @@ class Inbox:
                 piece = first[:n]
                 self._pieces[0] = (start + n, first[n:])
             self.samples -= piece.shape[0]
-            return start, piece
+            return piece
 
     def take_clear(self) -> tuple[int, int] | None:
         """(where the stream goes on, how many clears) once every flush mark before the clear
@@ -104,8 +107,7 @@ class Inbox:
     def flush_due(self) -> bool:
         """The next flush mark was reached: everything before it was admitted (consumed)."""
         with self._lock:
-            position = self._pieces[0][0] if self._pieces else self.received
-            due = bool(self._flushes) and position >= self._flushes[0]
+            due = bool(self._flushes) and self._position() >= self._flushes[0]
             if due:
                 self._flushes.popleft()
             return due

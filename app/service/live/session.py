@@ -60,7 +60,7 @@ from app.service.live.policy import make_policy
 from app.service.live.transcript import Transcript
 from app.service.live.units import LiveWord, split_units
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
-from app.service.results import Stopwatch
+from app.service.results import TimeSpent
 from app.service.transcriber import Transcriber
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class StreamingSession:
         self._last_pass: Pass | None = None  # the last pass, while the buffer is unchanged
         self._passes = 0
         self._skipped = 0
-        self._decode = Stopwatch()
+        self._decode = TimeSpent()
 
     # ---- input (any thread) ----------------------------------------------------------------
     def append(self, audio: np.ndarray) -> None:
@@ -165,10 +165,10 @@ class StreamingSession:
                 room = self._buf.capacity - self._buf.length - ADMIT_SLICE
                 if self._open and room <= 0:
                     break
-                taken = self.inbox.take(ADMIT_SLICE)
-                if taken is None:
+                piece = self.inbox.take(ADMIT_SLICE)
+                if piece is None:
                     break
-                self._admit(taken[1])
+                self._admit(piece)
             if self._final_until is not None or not self.inbox.flush_due():
                 break
             if self._request_final(self._buf.end, "flush", speech=self._open):
