@@ -117,7 +117,7 @@ class Settings(BaseSettings):
         default=1.0, ge=0.1, le=10.0, description="Live streams: new audio (s) between passes."
     )
     stream_policy: Literal["local_agreement", "alignatt"] = Field(
-        default="local_agreement",
+        default="alignatt",
         description="Live streams: when a word is committed: two passes agree on it "
         "(local_agreement) or the decoder's attention has moved past it (alignatt).",
     )

@@ -39,7 +39,7 @@ class StreamingOptions:
     step_s: float = 1.0
     trim_s: float = 10.0
     max_buffer_s: float = 20.0
-    policy: PolicyName = "local_agreement"
+    policy: PolicyName = "alignatt"
     edge_s: float = 0.7
     vad: VadOptions | None = field(default_factory=VadOptions)
     preroll_s: float = 0.3
