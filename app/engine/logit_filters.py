@@ -23,6 +23,18 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
         return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
 
 
+def log_softmax_at(logits: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """`log_softmax(logits)` at `index` (i64 [B, K]) -> f32 [B, K], the same values bit for bit,
+    without the whole [B, V] result (one full-width pass fewer; beam search needs K per row)."""
+    top = np.max(logits, axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    shifted = logits - top
+    picked = np.take_along_axis(shifted, index, axis=-1)
+    np.exp(shifted, out=shifted)
+    with np.errstate(divide="ignore"):
+        return picked - np.log(np.sum(shifted, axis=-1, keepdims=True))
+
+
 def logsumexp_rows(logits: np.ndarray) -> np.ndarray:
     """log(sum(exp(row))) of every row of [B, V] (f64 [B]); rows need one finite entry."""
     top = np.max(logits, axis=-1, keepdims=True)

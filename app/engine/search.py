@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from app.engine.logit_filters import log_softmax, logsumexp_rows
+from app.engine.logit_filters import log_softmax_at, logsumexp_rows
 
 
 class Reorderable(Protocol):
@@ -138,52 +139,38 @@ class BeamSearchDecoder(TokenDecoder):
     def update(
         self, tokens: np.ndarray, logits: np.ndarray, sum_logprobs: np.ndarray
     ) -> tuple[np.ndarray, bool]:
-        if tokens.shape[0] != self.beam_size:
-            raise ValueError(f"{tokens.shape[0]} rows for beam size {self.beam_size}")
-        logprobs = log_softmax(logits)
-        k = min(self.beam_size + 1, logprobs.shape[-1])
-        scores: dict[tuple[int, ...], float] = {}
-        sources: dict[tuple[int, ...], int] = {}
-        # step 1: cumulative log-probs of the candidate continuations of every beam
-        tops = top_k(logprobs, k)  # [beams, k], best first
-        for j in range(self.beam_size):
-            row = logprobs[j]
-            top = tops[j]
-            prefix = tuple(tokens[j].tolist())
-            for token in top.tolist():
-                sequence = (*prefix, token)
-                score = float(sum_logprobs[j] + row[token])
-                if score > scores.get(sequence, -np.inf) or sequence not in scores:
-                    scores[sequence] = score  # identical rows (the start): keep the best
-                    sources[sequence] = j
+        n = self.beam_size
+        if tokens.shape[0] != n:
+            raise ValueError(f"{tokens.shape[0]} rows for beam size {n}")
+        k = min(n + 1, logits.shape[-1])
+        # step 1: the k best continuations of every beam and their cumulative log-probs
+        tops = top_k(logits, k)  # [n, k], best first (log-probs rank as logits do in a row)
+        scores = sum_logprobs[:, None] + log_softmax_at(logits, tops)  # f64 [n, k]
+        candidates = _Candidates.of(tokens, tops, scores)
 
-        # step 2: keep the best beam_size unfinished ones; finished ones become candidates
-        next_tokens: list[tuple[int, ...]] = []
-        source_indices: list[int] = []
-        newly_finished: dict[tuple[int, ...], float] = {}
-        for sequence in sorted(scores, key=scores.__getitem__, reverse=True):
-            if sequence[-1] == self.eot:
-                newly_finished[sequence] = scores[sequence]
-            else:
-                sum_logprobs[len(next_tokens)] = scores[sequence]
-                next_tokens.append(sequence)
-                source_indices.append(sources[sequence])
-                if len(next_tokens) == self.beam_size:
-                    break
-
-        while len(next_tokens) < self.beam_size:  # too few distinct candidates (tiny vocab):
-            sum_logprobs[len(next_tokens)] = -np.inf  # fill with dead copies
-            next_tokens.append(next_tokens[0])
-            source_indices.append(source_indices[0])
-
-        self.cache.reorder(np.asarray(source_indices, dtype=np.intp))
-        for sequence in sorted(newly_finished, key=newly_finished.__getitem__, reverse=True):
+        # step 2: the best n unfinished continue; finished ones ranked above the n-th become
+        # candidates (openai/whisper's loop, as arrays)
+        order = candidates.ranked()
+        ended = candidates.token[order] == self.eot
+        live = order[~ended][:n]
+        cutoff = np.flatnonzero(~ended)[n - 1] if len(live) == n else len(order)
+        finished = order[:cutoff][ended[:cutoff]]
+        n_live = len(live)
+        if n_live < n:  # too few distinct candidates (tiny vocab): fill with dead copies
+            live = np.concatenate([live, np.repeat(live[:1], n - n_live)])
+        sources = candidates.row[live]
+        sum_logprobs[:] = candidates.score[live]
+        sum_logprobs[n_live:] = -np.inf
+        next_tokens = np.concatenate([tokens[sources], candidates.token[live, None]], axis=1)
+        self.cache.reorder(sources.astype(np.intp))
+        for c in finished.tolist():
             if len(self.finished) >= self.max_candidates:
                 break  # the candidate list is full
-            self.finished[sequence] = newly_finished[sequence]
+            sequence = (*tokens[candidates.row[c]].tolist(), int(candidates.token[c]))
+            self.finished[sequence] = float(candidates.score[c])
 
         completed = len(self.finished) >= self.max_candidates
-        return np.asarray(next_tokens, dtype=np.int64), completed
+        return next_tokens, completed
 
     def finalize(
         self, tokens: np.ndarray, sum_logprobs: np.ndarray
@@ -202,6 +189,46 @@ class BeamSearchDecoder(TokenDecoder):
 
     def pending(self) -> list[Sequence[int]]:
         return list(self.finished)
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """The distinct continuations proposed by one beam step, in proposal order (beam by beam,
+    best token first): the beam each extends, its token, its cumulative log-prob, and its
+    proposal index (ranking ties go to the earlier proposal).
+
+    Identical beams (at the first step every beam is the prompt) propose the same sequences:
+    each is kept once, at its first proposal, with the best score and the first beam that has
+    it, as openai/whisper's dict of sequences does."""
+
+    row: np.ndarray  # i64 [C]
+    token: np.ndarray  # i64 [C]
+    score: np.ndarray  # f64 [C]
+    first: np.ndarray  # i64 [C]
+
+    @classmethod
+    def of(cls, tokens: np.ndarray, tops: np.ndarray, scores: np.ndarray) -> _Candidates:
+        """tokens i64 [n, L] (the beams), tops [n, k] (proposed tokens), scores f64 [n, k]."""
+        n, k = tops.shape
+        row = np.repeat(np.arange(n), k)
+        token = tops.ravel().astype(np.int64)
+        score = scores.ravel()
+        same = (tokens[:, None, :] == tokens[None, :, :]).all(axis=-1)  # [n, n]
+        canonical = same.argmax(axis=1)  # the first beam equal to each beam
+        if np.array_equal(canonical, np.arange(n)):
+            return cls(row, token, score, np.arange(n * k))
+        key = canonical[row] * (int(token.max()) + 1) + token  # one key per distinct sequence
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        best = np.full(len(first), -np.inf)
+        np.maximum.at(best, inverse, score)
+        winner = np.full(len(first), len(key))
+        at_best = np.flatnonzero(score == best[inverse])
+        np.minimum.at(winner, inverse[at_best], at_best)
+        return cls(row[winner], token[winner], best, first)
+
+    def ranked(self) -> np.ndarray:
+        """Candidate indices, best score first (ties: the earlier proposal first)."""
+        return np.lexsort((self.first, -self.score))
 
 
 class MaximumLikelihoodRanker:

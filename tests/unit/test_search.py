@@ -241,3 +241,86 @@ def test_sampling_temperature_sharpens_and_trailing_suppressed_tokens_stay_out()
     sharpened = probs**2 / (probs**2).sum()  # softmax(log p / 0.5)
     np.testing.assert_allclose(freq[:3], sharpened, atol=0.03)
     assert freq[3:].sum() == 0
+
+
+def vocab_of(logits: np.ndarray) -> int:
+    return logits.shape[-1]
+
+
+class DictBeamSearch:
+    """openai/whisper's beam step (a dict of candidate sequences, loops over beams): the
+    reference the array version must reproduce, step by step."""
+
+    def __init__(self, beam_size: int, patience: float = 1.0) -> None:
+        self.beam_size = beam_size
+        self.max_candidates = round(beam_size * patience)
+        self.finished: dict[tuple[int, ...], float] = {}
+        self.reorders: list[list[int]] = []
+
+    def update(self, tokens, logits, sum_logprobs):
+        logprobs = log_softmax(logits)
+        scores: dict[tuple[int, ...], float] = {}
+        sources: dict[tuple[int, ...], int] = {}
+        for j in range(self.beam_size):
+            prefix = tuple(tokens[j].tolist())
+            for token in top_k(logprobs, min(self.beam_size + 1, vocab_of(logits)))[j].tolist():
+                sequence = (*prefix, token)
+                score = float(sum_logprobs[j] + logprobs[j, token])
+                if sequence not in scores or score > scores[sequence]:
+                    scores[sequence], sources[sequence] = score, j
+        kept: list[tuple[int, ...]] = []
+        rows: list[int] = []
+        newly: dict[tuple[int, ...], float] = {}
+        for sequence in sorted(scores, key=scores.__getitem__, reverse=True):
+            if sequence[-1] == EOT:
+                newly[sequence] = scores[sequence]
+            else:
+                sum_logprobs[len(kept)] = scores[sequence]
+                kept.append(sequence)
+                rows.append(sources[sequence])
+                if len(kept) == self.beam_size:
+                    break
+        while len(kept) < self.beam_size:
+            sum_logprobs[len(kept)] = -np.inf
+            kept.append(kept[0])
+            rows.append(rows[0])
+        self.reorders.append(rows)
+        for sequence in sorted(newly, key=newly.__getitem__, reverse=True):
+            if len(self.finished) >= self.max_candidates:
+                break
+            self.finished[sequence] = newly[sequence]
+        return np.asarray(kept, dtype=np.int64), len(self.finished) >= self.max_candidates
+
+
+@pytest.mark.parametrize(
+    ("seed", "beam", "vocab", "patience"),
+    [(0, 5, 300, 1.0), (1, 5, 300, 2.0), (2, 3, 40, 1.0), (3, 2, 3, 1.0), (4, 4, 4, 1.0)],
+)
+def test_beam_step_equals_the_dict_reference(seed, beam, vocab, patience):
+    """Same beams, reorders, scores and finished candidates as openai/whisper's loop, every step:
+    identical starting rows, ties (logits rounded to a coarse grid), suppressed tokens, EOT
+    often, and a vocabulary so small that dead copies fill the beams."""
+    rng = np.random.default_rng(seed)
+    log = RowLog()
+    ours = BeamSearchDecoder(beam, EOT, log, patience=patience)
+    reference = DictBeamSearch(beam, patience)
+    tokens = np.full((beam, 2), START % vocab, dtype=np.int64)  # identical rows, as the loop has
+    ref_tokens = tokens.copy()
+    sums, ref_sums = np.zeros(beam), np.zeros(beam)
+    for _ in range(12):
+        logits = np.round(rng.normal(0, 2.0, size=(beam, vocab)), 1).astype(np.float32)
+        logits[:, EOT] += 1.0  # candidates finish often
+        logits[:, rng.integers(0, vocab, size=vocab // 10)] = -np.inf
+        for j in range(1, beam):  # equal rows see equal logits (as equal K/V give)
+            equal = np.flatnonzero((tokens[:j] == tokens[j]).all(axis=1))
+            if len(equal):
+                logits[j] = logits[equal[0]]
+        tokens, done = ours.update(tokens, logits.copy(), sums)
+        ref_tokens, ref_done = reference.update(ref_tokens, logits.copy(), ref_sums)
+        np.testing.assert_array_equal(tokens, ref_tokens)
+        np.testing.assert_array_equal(sums, ref_sums)
+        assert log.calls[-1] == reference.reorders[-1]
+        assert ours.finished == reference.finished
+        assert done == ref_done
+        if done:
+            break
