@@ -1,7 +1,8 @@
 """Command-line interface: `python -m app transcribe FILE [options]`.
 
 The transcript goes to stdout in the chosen format; with --verbose, load and per-stage timings
-(mel, encoder, decoder, tokens/s, real-time factor, K/V cache bytes) go to stderr.
+(mel, encoder, decoder, tokens/s, real-time factor, K/V cache bytes, input bytes handed to the
+runtime per decoder call) go to stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import ContractError
 from app.runtime.memory import tune_malloc
 from app.runtime.sessions import (
+    ACTIVATION_QUANTIZATION,
     DEVICES,
     EXECUTION_PROVIDERS,
     DeviceError,
@@ -71,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="OpenVINO inference precision hint (default: the device's)",
     )
     t.add_argument(
+        "--activation-quantization",
+        choices=ACTIVATION_QUANTIZATION,
+        default="auto",
+        help="OpenVINO CPU, int8 files: quantize the linear layers' inputs too "
+        "(auto = where the CPU computes f32)",
+    )
+    t.add_argument(
         "--format", choices=("text", "json", "verbose_json", "srt", "vtt"), default="text"
     )
     t.add_argument("--verbose", "-v", action="store_true", help="timings and logs on stderr")
@@ -91,6 +100,7 @@ def transcribe_command(args: argparse.Namespace) -> int:
             device=args.device,
             threads=args.threads,
             inference_precision=args.precision,
+            activation_quantization=args.activation_quantization,
         ),
     )
     tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
@@ -163,6 +173,11 @@ def transcribe_command(args: argparse.Namespace) -> int:
             print(f"word timing   {s.align_s * 1000:9.1f} ms  (aligner, DTW)", file=err)
         print(f"attempts      {s.attempts:9d}     ({s.fallbacks} temperature fallbacks)", file=err)
         print(f"K/V cache     {s.cache_nbytes / 1e6:9.1f} MB  (peak, cross + self)", file=err)
+        print(
+            f"handed over   {s.handed_per_call / 1e6:9.2f} MB  per decoder call (inputs; "
+            f"{s.decoder_calls} calls)",
+            file=err,
+        )
         print(f"total         {s.total_s * 1000:9.1f} ms  RTF {s.rtf:.3f}", file=err)
     return 0
 

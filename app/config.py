@@ -52,6 +52,11 @@ class Settings(BaseSettings):
         default="auto",
         description="OpenVINO inference precision: auto = bf16 on CPUs with native bf16.",
     )
+    activation_quantization: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="OpenVINO CPU, int8 files: quantize the linear layers' inputs to int8 too; "
+        "auto = where the CPU computes f32.",
+    )
     kv_cache: Literal["concat", "static"] = Field(
         default="concat", description="Self-attention cache: growing (concat) or fixed buffer."
     )
@@ -149,7 +154,7 @@ class Settings(BaseSettings):
         _upper_or_none
     )
 
-    @field_validator("ep", "kv_cache", "precision", mode="before")
+    @field_validator("ep", "kv_cache", "precision", "activation_quantization", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value

@@ -77,6 +77,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
         threads=settings.threads,
         cache_dir=settings.ov_cache_dir,
         inference_precision=settings.precision,
+        activation_quantization=settings.activation_quantization,
     )
     default = settings.resolved_default_model
     aliases = {a: default for a in OPENAI_MODEL_ALIASES if a not in settings.models}

@@ -267,7 +267,9 @@ class Config:
 
     ours: ep "openvino" | "cpu", files "fp32" | "fp16" | "int8" (the model files' build
     precision), precision None | "bf16"
-    (OpenVINO inference precision hint). peer: compute_type "int8" | "float32".
+    (OpenVINO inference precision hint), activation_quantization "auto" | "on" | "off" (int8
+    files on the OpenVINO CPU: int8 inputs to the linear layers). peer: compute_type "int8" |
+    "float32".
     """
 
     key: str
@@ -276,13 +278,17 @@ class Config:
     files: str = "fp32"
     precision: str | None = None
     compute_type: str = ""
+    activation_quantization: str = "auto"
 
     @property
     def label(self) -> str:
         if self.kind == "peer":
             return f"faster-whisper {self.compute_type}"
         ep = "OV" if self.ep == "openvino" else "CPU EP"
-        return f"ours {ep} {self.files}" + (f" +{self.precision}" if self.precision else "")
+        extra = f" +{self.precision}" if self.precision else ""
+        if self.activation_quantization != "auto":
+            extra += f" aq {self.activation_quantization}"
+        return f"ours {ep} {self.files}{extra}"
 
 
 CONFIGS: dict[str, Config] = {
@@ -296,6 +302,10 @@ CONFIGS: dict[str, Config] = {
         Config("cpu-fp16", "ours", ep="cpu", files="fp16"),
         Config("ov-int8", "ours", ep="openvino", files="int8"),
         Config("ov-int8-bf16", "ours", ep="openvino", files="int8", precision="bf16"),
+        Config("ov-int8-aq-on", "ours", ep="openvino", files="int8", activation_quantization="on"),
+        Config(
+            "ov-int8-aq-off", "ours", ep="openvino", files="int8", activation_quantization="off"
+        ),
         Config("cpu-int8", "ours", ep="cpu", files="int8"),
         Config("fw-int8", "peer", compute_type="int8"),
         Config("fw-fp32", "peer", compute_type="float32"),
@@ -341,6 +351,7 @@ class Worker:
                 "precision": config.precision,
                 "threads": threads,
                 "kv_cache": kv_cache,
+                "activation_quantization": config.activation_quantization,
             }
         self.process = subprocess.Popen(
             cmd, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True

@@ -1,7 +1,8 @@
 """Warm worker process for our engine (run by the benchmarks with .venv's Python; not for people).
 
 Reads JSON lines on stdin, answers one JSON line per request on stdout:
-  {"op": "load", "model_dir", "ep", "precision", "threads", "kv_cache"} -> {"load_s", "rss_mb"}
+  {"op": "load", "model_dir", "ep", "precision", "threads", "kv_cache", "activation_quantization"}
+    -> {"load_s", "rss_mb"}
   {"op": "transcribe", "path", "beam_size", "language"?, "kv_cache"?, "temperature"?,
    "vad_filter"?, "no_speech_threshold"?, "repetition_guard"?, "seed"?,
    "word_timestamps"?}
@@ -34,12 +35,24 @@ class Engine:
         self.kv_cache = "concat"
 
     def load(
-        self, model_dir: str, ep: str, precision: str | None, threads: int, kv_cache: str = "concat"
+        self,
+        model_dir: str,
+        ep: str,
+        precision: str | None,
+        threads: int,
+        kv_cache: str = "concat",
+        activation_quantization: str = "auto",
     ) -> dict:
         started = time.perf_counter()
         folder = Path(model_dir)
         sessions = WhisperSessions.load(
-            folder, RuntimeOptions(ep=ep, threads=threads, inference_precision=precision)
+            folder,
+            RuntimeOptions(
+                ep=ep,
+                threads=threads,
+                inference_precision=precision,
+                activation_quantization=activation_quantization,
+            ),
         )
         tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
         vad_path = folder.parent / VAD_FILE

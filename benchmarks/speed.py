@@ -213,7 +213,9 @@ def report(
         "beams together); search = the loop's Python (filters, beam selection, cache "
         "copies); other = the rest (segmenting, text; median of per-run remainders, so "
         "columns need not add up to the total exactly). steps/s = loop steps per decoder "
-        "second; tok/s = output tokens per end-to-end second.",
+        "second; tok/s = output tokens per end-to-end second; handed/call = input bytes given "
+        "to the runtime per decoder step call (cross and past K/V included: a CPU reads them in "
+        "place, a GPU or NPU would copy them).",
         "",
     ]
     rows = []
@@ -233,6 +235,8 @@ def report(
                 "windows",
                 "steps",
                 "attempts",
+                "handed_nbytes",
+                "decoder_calls",
             )
         }
         audio = med(s, "audio_decode_s")
@@ -258,6 +262,7 @@ def report(
                 f"{parts['attempts']:.0f}",
                 f"{parts['steps'] / parts['decoder_s']:.0f}" if parts["decoder_s"] else "-",
                 f"{s[-1]['tokens'] / total:.0f}",
+                f"{parts['handed_nbytes'] / max(parts['decoder_calls'], 1) / 1e6:.1f} MB",
                 f"{total * 1e3:.0f}",
             ]
         )
@@ -277,6 +282,7 @@ def report(
             "attempts",
             "steps/s",
             "tok/s",
+            "handed/call",
             "total",
         ],
         rows,

@@ -2,10 +2,11 @@
 
 ONNX Runtime sees the whole OpenVINO subgraph as one node, so this script compiles `decoder.onnx`
 with the `openvino` Python package itself (the same OpenVINO release that onnxruntime-openvino
-bundles, with the configuration `app.runtime.sessions` passes: bf16 where the CPU has it,
-dynamic activation quantization off) and reads OpenVINO's per-node performance counters. Inputs
-are one step (T = 1) after a past of `--past` positions; every row has its own 30 s window
-("distinct", as the batching scheduler runs them) or all rows share one ("shared", beams).
+bundles, with the configuration `app.runtime.sessions` passes: bf16 where the CPU has it;
+activation quantization per `--activation-groups`, default off) and reads OpenVINO's per-node
+performance counters. Inputs are one step (T = 1) after a past of `--past` positions; every row
+has its own 30 s window ("distinct", as the batching scheduler runs them) or all rows share one
+("shared", beams).
 
     pip install openvino==2025.4.1      # into any venv; not a dependency of the service
     python benchmarks/step_profile.py --model-dir models/tiny.en --rows 1,8
@@ -36,6 +37,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--past", type=int, default=100, help="positions already decoded")
     p.add_argument("--precision", default="bf16", help="INFERENCE_PRECISION_HINT (bf16, f32)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--activation-groups",
+        type=int,
+        default=0,
+        help="DYNAMIC_QUANTIZATION_GROUP_SIZE (0 = activations not quantized; the service uses "
+        "32 where the CPU computes f32)",
+    )
     p.add_argument("--calls", type=int, default=20, help="profiled calls per configuration")
     p.add_argument("--out", type=Path, help="also write a Markdown table here")
     return p.parse_args()
@@ -91,7 +99,7 @@ def main() -> None:
         "PERF_COUNT": "YES",
         "INFERENCE_NUM_THREADS": args.threads,
         "INFERENCE_PRECISION_HINT": args.precision,
-        "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",
+        "DYNAMIC_QUANTIZATION_GROUP_SIZE": str(args.activation_groups),
         # the standalone compiler rejects a bf16 MatMul snippet that the EP's path never forms
         "SNIPPETS_MODE": "DISABLE",
     }
@@ -99,7 +107,8 @@ def main() -> None:
     manifest = json.loads((args.model_dir / "manifest.json").read_text())
     lines = [
         f"# Decoder step profile: {manifest['name']} ({manifest.get('precision', '?')} files), "
-        f"OpenVINO {ov.__version__}, {args.precision}, {args.threads} threads, past {args.past}",
+        f"OpenVINO {ov.__version__}, {args.precision}, {args.threads} threads, past {args.past}, "
+        f"activation groups {args.activation_groups}",
         "",
         "| rows | windows | op type | kernel | ms per call | share |",
         "|---|---|---|---|---|---|",

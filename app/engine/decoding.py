@@ -180,6 +180,7 @@ class DecodeStats:
     calls: int
     prefill_reused: bool
     cache_nbytes: int  # peak cross + self K/V bytes held (all rows)
+    handed_nbytes: int  # input bytes given to the runtime by the step calls (all of them)
 
 
 @dataclass(frozen=True)
@@ -479,6 +480,7 @@ class DecodingTask:
             calls=cache.calls,
             prefill_reused=reused,
             cache_nbytes=peak_nbytes,
+            handed_nbytes=cache.handed_nbytes,
         )
         return DecodingResult(
             tokens=chosen,

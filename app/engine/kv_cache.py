@@ -48,7 +48,9 @@ class KVCache(ABC):
     """Self-attention K/V state of one decode, plus the window's cross-attention K/V.
 
     `length` is the number of positions the decoder has already processed (the same for every row).
-    `decoder_s` / `calls` accumulate the wall time and count of decoder calls made through it.
+    `decoder_s` / `calls` accumulate the wall time and count of decoder calls made through it;
+    `handed_nbytes` the bytes of the inputs given to the runtime by those calls (cross and past
+    K/V included: on a CPU the runtime reads them in place, a device would copy them).
     """
 
     mode: str
@@ -66,6 +68,7 @@ class KVCache(ABC):
         self.length = 0
         self.decoder_s = 0.0
         self.calls = 0
+        self.handed_nbytes = 0
 
     # -- the interface used by the decode loop ---------------------------------------------------
 
@@ -153,6 +156,8 @@ class KVCache(ABC):
         )
         self.decoder_s += time.perf_counter() - start
         self.calls += 1
+        inputs = (input_ids, position_ids, attention_mask, *past)
+        self.handed_nbytes += sum(a.nbytes for a in inputs) + self.cross_nbytes
         return logits, new
 
     def _zeros(self, positions: int) -> list[np.ndarray]:

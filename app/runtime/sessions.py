@@ -40,6 +40,10 @@ class RuntimeOptions:
     threads: intra-op threads per session (0 = ONNX Runtime's default: one per core).
     inference_precision: OpenVINO `INFERENCE_PRECISION_HINT` ("bf16", "f16", "f32"); None = the
         device's default; "auto" = bf16 on a CPU with native bf16 (AVX-512 BF16 or AMX), else None.
+    activation_quantization: OpenVINO CPU, int8 weight files: "on" = the int8 linear layers
+        quantize their inputs too, per token in groups of 32 (int8 x int8 products, as
+        CTranslate2's int8 does); "off" = the weights are expanded inside an f32/bf16 product;
+        "auto" = on where the CPU computes f32, off under bf16/f16 (see `_activation_groups`).
     """
 
     ep: str = "openvino"
@@ -49,6 +53,7 @@ class RuntimeOptions:
     threads: int = 0
     cache_dir: Path | None = None
     inference_precision: str | None = None
+    activation_quantization: str = "auto"
 
     def __post_init__(self) -> None:
         if self.ep not in EXECUTION_PROVIDERS:
@@ -58,6 +63,11 @@ class RuntimeOptions:
                 raise DeviceError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
         if self.threads < 0:
             raise DeviceError("threads must be >= 0")
+        if self.activation_quantization not in ACTIVATION_QUANTIZATION:
+            raise DeviceError(
+                f"unknown activation quantization {self.activation_quantization!r}: "
+                f"use {', '.join(ACTIVATION_QUANTIZATION)}"
+            )
         if self.inference_precision not in (None, *PRECISIONS):
             raise DeviceError(
                 f"unknown precision {self.inference_precision!r}: use {', '.join(PRECISIONS)}"
@@ -91,6 +101,8 @@ def resolve_device(requested: str, available: list[str]) -> str:
 
 
 PRECISIONS = ("auto", "bf16", "f16", "f32")
+ACTIVATION_QUANTIZATION = ("auto", "on", "off")
+ACTIVATION_GROUP = 32  # inputs per quantization scale when activations are quantized
 
 
 @functools.cache
@@ -103,7 +115,26 @@ def cpu_has_native_bf16() -> bool:
     return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
 
 
-def _openvino_config(device: str, precision: str | None, inputs_feed_attention: bool) -> dict:
+def _activation_groups(precision: str | None, activation_quantization: str) -> int:
+    """OpenVINO CPU's `DYNAMIC_QUANTIZATION_GROUP_SIZE` for int8 weights (0 = off).
+
+    Measured on a CPU without native bf16 (f32 compute, `benchmarks/results/decoder_state.md`):
+    on, the int8 linear layers take 1.5 instead of 2.3 ms of a tiny.en step, the 60 s clip
+    decodes 20-30 % faster with the same words, and a row's logits are the same bit for bit alone
+    or packed with others (off: they differ by ~1e-5). Under bf16 (measured on a CPU with
+    AVX-512 BF16) it gave no speed and the logits depend on the call's row count, so auto = off
+    there."""
+    if activation_quantization == "auto":
+        activation_quantization = "off" if precision in ("bf16", "f16") else "on"
+    return ACTIVATION_GROUP if activation_quantization == "on" else 0
+
+
+def _openvino_config(
+    device: str,
+    precision: str | None,
+    inputs_feed_attention: bool,
+    activation_quantization: str = "auto",
+) -> dict:
     """OpenVINO plugin properties (`load_config`) for one graph on `device`."""
     family = device.split(".")[0]
     if precision == "auto":
@@ -112,10 +143,8 @@ def _openvino_config(device: str, precision: str | None, inputs_feed_attention: 
     if precision:
         properties["INFERENCE_PRECISION_HINT"] = precision
     if family == "CPU":
-        # int8 weights: expand them inside the matrix multiply, never quantize the activations
-        # too (OpenVINO's default for compressed weights): the same speed here, and the numerics
-        # no longer depend on how many tokens a call holds
-        properties["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
+        groups = _activation_groups(precision, activation_quantization)
+        properties["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(groups)
     if family == "CPU" and precision == "bf16" and inputs_feed_attention:
         # OpenVINO 2025.4's fused-attention snippet rejects fp32 graph inputs (the past and cross
         # K/V) meeting bf16 activations ("BrgemmCPU node has incompatible input element types").
@@ -133,6 +162,7 @@ def create_session(
     cache_dir: Path | None = None,
     inference_precision: str | None = None,
     graph_inputs_feed_attention: bool = False,
+    activation_quantization: str = "auto",
 ) -> ort.InferenceSession:
     """A session whose active provider is checked to be the one asked for."""
     options = ort.SessionOptions()
@@ -152,7 +182,9 @@ def create_session(
         if cache_dir is not None:
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
             ov_options["cache_dir"] = str(cache_dir)
-        config = _openvino_config(device, inference_precision, graph_inputs_feed_attention)
+        config = _openvino_config(
+            device, inference_precision, graph_inputs_feed_attention, activation_quantization
+        )
         if config:
             ov_options["load_config"] = json.dumps(config)
         providers = [("OpenVINOExecutionProvider", ov_options)]
@@ -221,6 +253,7 @@ class WhisperSessions:
                 options.cache_dir,
                 options.inference_precision,
                 graph_inputs_feed_attention=stage != "encoder",
+                activation_quantization=options.activation_quantization,
             )
             contract.check_io(
                 stage,

@@ -93,6 +93,7 @@ class TranscriptionStats:
     decoder_calls: int = 0
     tokens: int = 0
     cache_nbytes: int = 0  # peak K/V bytes (cross + self) of one decode
+    handed_nbytes: int = 0  # input bytes given to the runtime by the decoder's step calls
     total_s: float = 0.0
 
     @contextmanager
@@ -111,6 +112,11 @@ class TranscriptionStats:
     @property
     def tokens_per_s(self) -> float:
         return self.steps / self.decoder_s if self.decoder_s else 0.0
+
+    @property
+    def handed_per_call(self) -> float:
+        """Mean input bytes given to the runtime per decoder step call."""
+        return self.handed_nbytes / self.decoder_calls if self.decoder_calls else 0.0
 
     @property
     def rtf(self) -> float:
@@ -138,6 +144,7 @@ class TranscriptionStats:
             "ms_per_step": self.ms_per_step,
             "tokens_per_s": self.tokens_per_s,
             "cache_nbytes": self.cache_nbytes,
+            "handed_nbytes": self.handed_nbytes,
             "total_s": self.total_s,
             "rtf": self.rtf,
         }

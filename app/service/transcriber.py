@@ -444,4 +444,5 @@ class Transcriber:
         stats.search_s += max(0.0, s.wall_s - s.decoder_s)
         stats.steps += s.steps
         stats.decoder_calls += s.calls
+        stats.handed_nbytes += s.handed_nbytes
         stats.cache_nbytes = max(stats.cache_nbytes, s.cache_nbytes)

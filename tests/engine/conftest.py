@@ -41,8 +41,9 @@ def _folder(name: str) -> Path:
 
 
 @cache
-def _sessions(name: str, ep: str) -> WhisperSessions:
-    return WhisperSessions.load(_folder(name), RuntimeOptions(ep=ep, device="CPU"))
+def _sessions(name: str, ep: str, activation_quantization: str = "auto") -> WhisperSessions:
+    options = RuntimeOptions(ep=ep, device="CPU", activation_quantization=activation_quantization)
+    return WhisperSessions.load(_folder(name), options)
 
 
 @cache
@@ -96,6 +97,20 @@ def tiny_cpu() -> WhisperSessions:
 @pytest.fixture(scope="session")
 def base() -> WhisperSessions:
     return _sessions("base", "openvino")
+
+
+@pytest.fixture(scope="session")
+def tiny_exact() -> WhisperSessions:
+    """tiny.en on OpenVINO with the activations never quantized: a call's logits then do not
+    depend on how many tokens it feeds (with quantized activations they do, by up to ~0.3),
+    so decoding strategies that feed the same tokens differently can be compared exactly."""
+    return _sessions("tiny.en", "openvino", "off")
+
+
+@pytest.fixture(scope="session")
+def base_exact() -> WhisperSessions:
+    """base, activations never quantized (see `tiny_exact`)."""
+    return _sessions("base", "openvino", "off")
 
 
 @pytest.fixture(scope="session")

@@ -25,8 +25,8 @@ def decode_all_modes(sessions, tok, audio, **options):
 
 
 @pytest.mark.parametrize("name", [JFK, "1089-134686-0000.flac", EARNINGS])
-def test_greedy_tokens_identical_across_cache_modes(tiny, tiny_tok, name):
-    results = decode_all_modes(tiny, tiny_tok, clip(name))
+def test_greedy_tokens_identical_across_cache_modes(tiny_exact, tiny_tok, name):
+    results = decode_all_modes(tiny_exact, tiny_tok, clip(name))
     tokens = {m: r.tokens for m, r in results.items()}
     assert len(tokens["concat"]) > 10
     assert tokens["concat"] == tokens["static"] == tokens["none"]
@@ -36,18 +36,18 @@ def test_greedy_tokens_identical_across_cache_modes(tiny, tiny_tok, name):
     assert max(nsp) - min(nsp) < 1e-4
 
 
-def test_cache_modes_identical_multilingual(base, base_tok):
+def test_cache_modes_identical_multilingual(base_exact, base_tok):
     # language detected from the first step (no language given), then decoded with timestamps
-    results = decode_all_modes(base, base_tok, clip(SPANISH))
+    results = decode_all_modes(base_exact, base_tok, clip(SPANISH))
     assert {r.language for r in results.values()} == {"es"}
     assert results["concat"].tokens == results["static"].tokens == results["none"].tokens
 
 
 @pytest.mark.parametrize("name", ["1089-134691-0001.flac"])
-def test_beam_search_with_cache_equals_without(tiny, tiny_tok, name):
-    results = decode_all_modes(tiny, tiny_tok, clip(name), beam_size=5)
+def test_beam_search_with_cache_equals_without(tiny_exact, tiny_tok, name):
+    results = decode_all_modes(tiny_exact, tiny_tok, clip(name), beam_size=5)
     assert results["concat"].tokens == results["static"].tokens == results["none"].tokens
-    greedy = decode(tiny, window_cross(tiny, clip(name)), tiny_tok, DecodingOptions())
+    greedy = decode(tiny_exact, window_cross(tiny_exact, clip(name)), tiny_tok, DecodingOptions())
     assert results["concat"].sum_logprob >= greedy.sum_logprob - 1e-3 or (
         results["concat"].tokens != greedy.tokens
     )
@@ -96,24 +96,32 @@ def test_cache_sizes(tiny, tiny_tok):
     assert concat.self_nbytes == held
     assert concat.nbytes == cross_bytes + held
 
+    # what the call handed the runtime: the 4 tokens' ids, positions, the mask over the held
+    # slots + 4, the (empty) held past, the window's cross K/V
+    int64 = 8
+    assert concat.handed_nbytes == 2 * 4 * int64 + (GROWTH_CHUNK + 4) * int64 + held + cross_bytes
+
     beams = concat.fork(5)
     assert beams.self_nbytes == 5 * held
     assert beams.cross_nbytes == cross_bytes  # shared, batch 1, not copied per beam
     assert all(a is b for a, b in zip(beams.cross, cross, strict=True))
+    beams.forward(np.repeat(np.concatenate([tokens, [[262]]], axis=1), 5, axis=0))
+    step = 5 * (2 * int64 + (GROWTH_CHUNK + 1) * int64) + 5 * held + cross_bytes
+    assert (beams.calls, beams.handed_nbytes) == (1, step)  # one batch-1 cross for 5 beams
 
     static = make_cache("static", tiny, cross)
     assert static.self_nbytes == dims.n_text_ctx * self_per_pos  # preallocated
     assert make_cache("none", tiny, cross).self_nbytes == 0
 
 
-def test_static_and_concat_logits_agree_step_by_step(tiny, tiny_tok):
-    cross = window_cross(tiny, clip(JFK))
+def test_static_and_concat_logits_agree_step_by_step(tiny_exact, tiny_tok):
+    cross = window_cross(tiny_exact, clip(JFK))
     seq = [tiny_tok.sot, tiny_tok.no_timestamps, *tiny_tok.encode(" And so my fellow Americans")]
     tokens = np.array([seq], np.int64)
-    concat, static = ConcatCache(tiny, cross), StaticCache(tiny, cross)
+    concat, static = ConcatCache(tiny_exact, cross), StaticCache(tiny_exact, cross)
     a = concat.forward(tokens[:, :3], positions=(0, 1, 2, 0, -1))
     b = static.forward(tokens[:, :3], positions=(0, 1, 2, 0, -1))
-    assert a.shape == b.shape == (1, 5, tiny.manifest.dims.n_vocab)
+    assert a.shape == b.shape == (1, 5, tiny_exact.manifest.dims.n_vocab)
     np.testing.assert_allclose(a, b, atol=2e-3)
     for n in range(4, len(seq) + 1):
         np.testing.assert_allclose(
@@ -122,24 +130,24 @@ def test_static_and_concat_logits_agree_step_by_step(tiny, tiny_tok):
     assert concat.length == static.length == len(seq)
 
 
-def test_long_prefix_is_fed_in_chunks_with_the_same_logits(tiny, tiny_tok):
+def test_long_prefix_is_fed_in_chunks_with_the_same_logits(tiny_exact, tiny_tok):
     """A prompt longer than PREFILL_CHUNK goes in several calls; logits at any requested
     position (in the first chunk, across a chunk edge, the last) equal the no-cache reference."""
-    cross = window_cross(tiny, clip(JFK))
+    cross = window_cross(tiny_exact, clip(JFK))
     prompt = tiny_tok.encode(" We are gathered to review the results for the year." * 8)[:100]
     seq = [tiny_tok.sot_prev, *prompt, tiny_tok.sot, tiny_tok.no_timestamps]
     assert len(seq) > 2 * PREFILL_CHUNK
     tokens = np.array([seq], np.int64)
     positions = (5, PREFILL_CHUNK - 1, PREFILL_CHUNK, len(seq) - 2, -1)
-    chunked = ConcatCache(tiny, cross)
+    chunked = ConcatCache(tiny_exact, cross)
     got = chunked.forward(tokens, positions=positions)
-    reference = make_cache("none", tiny, cross).forward(tokens, positions=positions)
+    reference = make_cache("none", tiny_exact, cross).forward(tokens, positions=positions)
     np.testing.assert_allclose(got, reference, atol=2e-3)
     assert chunked.calls == -(-len(seq) // PREFILL_CHUNK) and chunked.length == len(seq)
     # the cache then continues one token at a time as before
     step = np.concatenate([tokens, [[tiny_tok.encode(" And")[0]]]], axis=1)
     np.testing.assert_allclose(
-        chunked.forward(step), make_cache("none", tiny, cross).forward(step), atol=2e-3
+        chunked.forward(step), make_cache("none", tiny_exact, cross).forward(step), atol=2e-3
     )
 
 
@@ -187,13 +195,13 @@ def test_cache_is_3x_faster_per_token_at_100_plus_tokens(tiny, tiny_tok):
     assert per_token["none"] >= 3 * per_token["concat"]
 
 
-def test_concat_buffers_grow_across_a_chunk_edge_under_beam_reorders(tiny, tiny_tok):
+def test_concat_buffers_grow_across_a_chunk_edge_under_beam_reorders(tiny_exact, tiny_tok):
     """Beam rows reordered at every step while the buffers grow past a GROWTH_CHUNK edge: each
     step's logits stay those of the no-cache reference on the reordered sequences."""
-    cross = window_cross(tiny, clip(JFK))
+    cross = window_cross(tiny_exact, clip(JFK))
     rng = np.random.default_rng(5)
     start = [tiny_tok.sot, tiny_tok.no_timestamps]
-    prefix = ConcatCache(tiny, cross)
+    prefix = ConcatCache(tiny_exact, cross)
     prefix.forward(np.array([start], np.int64))
     cache = prefix.fork(3)
     tokens = np.tile(np.array(start, np.int64), (3, 1))
@@ -205,7 +213,7 @@ def test_concat_buffers_grow_across_a_chunk_edge_under_beam_reorders(tiny, tiny_
         tokens = np.concatenate([tokens[order], rng.choice(words, size=(3, 1))], axis=1)
         got = cache.forward(tokens)
         if tokens.shape[1] in (8, GROWTH_CHUNK, GROWTH_CHUNK + 1, GROWTH_CHUNK + 4):
-            reference = make_cache("none", tiny, cross, 3).forward(tokens)
+            reference = make_cache("none", tiny_exact, cross, 3).forward(tokens)
             np.testing.assert_allclose(got, reference, atol=2e-3)
             checked.append(cache.held)
     assert checked == [GROWTH_CHUNK, GROWTH_CHUNK, 2 * GROWTH_CHUNK, 2 * GROWTH_CHUNK]

@@ -38,15 +38,25 @@ def test_bad_options_are_refused() -> None:
 
 
 def test_auto_precision(monkeypatch: pytest.MonkeyPatch) -> None:
-    no_dynamic_quantization = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}  # every CPU graph
+    off = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+    on = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"}
     monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: True)
     assert _openvino_config("CPU", "auto", False) == {
-        "CPU": {"INFERENCE_PRECISION_HINT": "bf16", **no_dynamic_quantization}
+        "CPU": {"INFERENCE_PRECISION_HINT": "bf16", **off}  # bf16: activations stay bf16
     }
     decoder = _openvino_config("CPU", "auto", True)["CPU"]
     assert decoder["SNIPPETS_MODE"] == "DISABLE"  # OpenVINO 2025.4 bug with bf16 attention
     assert _openvino_config("GPU", "auto", True) == {}
     monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: False)
-    assert _openvino_config("CPU", "auto", True) == {"CPU": no_dynamic_quantization}
-    assert _openvino_config("CPU", None, True) == {"CPU": no_dynamic_quantization}
+    assert _openvino_config("CPU", "auto", True) == {"CPU": on}  # f32: int8 x int8 products
+    assert _openvino_config("CPU", None, True) == {"CPU": on}
+    assert _openvino_config("CPU", "f32", True, "off") == {
+        "CPU": {"INFERENCE_PRECISION_HINT": "f32", **off}
+    }
+    assert _openvino_config("CPU", "bf16", False, "on")["CPU"] == {
+        "INFERENCE_PRECISION_HINT": "bf16",
+        **on,
+    }
     assert _openvino_config("NPU", "f16", False) == {"NPU": {"INFERENCE_PRECISION_HINT": "f16"}}
+    with pytest.raises(DeviceError, match="activation quantization"):
+        RuntimeOptions(activation_quantization="int4")
