@@ -10,7 +10,7 @@ PORT ?= 8000
 # glibc malloc: big arrays mmapped and returned, two arenas (see app/runtime/memory.py)
 MALLOC_ENV := MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=262144 MALLOC_TRIM_THRESHOLD_=1048576
 
-.PHONY: setup-browser setup setup-dev models test-models run test lint format bench test-docker clean
+.PHONY: setup-browser setup setup-dev models test-models run test lint format bench test-docker test-scaleout clean
 
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,10 @@ format: setup-dev
 
 test-docker: setup-dev
 	docker/ci-smoke.sh
+
+## 2 replicas behind HAProxy on Docker Swarm, and the Helm chart (tests/scaleout/run.sh)
+test-scaleout: setup-dev
+	tests/scaleout/run.sh
 
 ## faster-whisper, the peer of benchmarks/, in its own venv (its onnxruntime would replace ours)
 .PHONY: bench-setup

@@ -57,6 +57,14 @@ class Settings(BaseSettings):
         description="OpenVINO CPU, int8 files: quantize the linear layers' inputs to int8 too; "
         "auto = where the CPU computes f32.",
     )
+    shutdown_delay_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=300.0,
+        description="After SIGTERM, /health answers 503 (draining) for this long while requests "
+        "are still served, so a load balancer takes the replica out first; then live sessions "
+        "end and the server stops.",
+    )
     kv_cache: Literal["concat", "static"] = Field(
         default="concat", description="Self-attention cache: growing (concat) or fixed buffer."
     )

@@ -12,6 +12,7 @@ close 1001); then uvicorn lets the requests in flight finish (up to its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -157,39 +158,56 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _end_live_sessions_first(app: FastAPI) -> None:
-    """Under uvicorn, make SIGTERM / SIGINT first end every live WebSocket session properly (a
-    final pass over the audio received, `transcript.text.done`, close 1001), for at most
-    STREAM_DRAIN_S, and only then hand the signal to uvicorn, which closes the rest of the
-    server as usual (requests in flight finish within --timeout-graceful-shutdown). Without
-    this, uvicorn closes live sessions with 1012 at once and their last words are lost. New
-    sessions are refused meanwhile; a second signal skips the wait.
+    """Under uvicorn, make SIGTERM / SIGINT shut the server down in order:
+
+    1. /health answers 503 (draining) at once, and for `STT_SHUTDOWN_DELAY_S` the server keeps
+       serving as before, so a load balancer's health check takes it out of rotation before it
+       stops accepting connections (nothing sent meanwhile fails);
+    2. every live WebSocket session ends properly (a final pass over the audio received, its
+       final event, close 1001), for at most STREAM_DRAIN_S; new sessions are refused;
+    3. the signal goes to uvicorn, which closes the rest of the server as usual (requests in
+       flight finish within --timeout-graceful-shutdown). Without step 2 uvicorn closes live
+       sessions with 1012 at once and their last words are lost.
+    A second signal skips what is left of the waits.
     """
     if threading.current_thread() is not threading.main_thread():
         return  # signal handlers belong to the main thread (not an app run under uvicorn)
     loop = asyncio.get_running_loop()
-    drain: asyncio.Event = app.state.stream_drain
+    hurry = asyncio.Event()  # a second signal
+    readiness: Readiness = app.state.readiness
     for sig in (signal.SIGTERM, signal.SIGINT):
         uvicorn_exit = signal.getsignal(sig)
         if getattr(uvicorn_exit, "__name__", "") != "handle_exit":
             continue  # not uvicorn's handler: leave the signal alone
 
         def on_signal(signum: int, frame: object, uvicorn_exit=uvicorn_exit) -> None:
-            if drain.is_set() or not getattr(app.state, "stream_sessions", 0):
+            if readiness.draining:
+                loop.call_soon_threadsafe(hurry.set)
                 uvicorn_exit(signum, frame)
                 return
-            log.info("shutdown: ending %d live session(s) first", app.state.stream_sessions)
-            loop.call_soon_threadsafe(drain.set)
+            readiness.draining = True
             loop.call_soon_threadsafe(
-                lambda: loop.create_task(_exit_after_sessions(app, uvicorn_exit, signum))
+                lambda: loop.create_task(_shut_down_in_order(app, uvicorn_exit, signum, hurry))
             )
 
         signal.signal(sig, on_signal)
 
 
-async def _exit_after_sessions(app: FastAPI, uvicorn_exit: Callable, signum: int) -> None:
-    deadline = time.monotonic() + STREAM_DRAIN_S
-    while getattr(app.state, "stream_sessions", 0) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+async def _shut_down_in_order(
+    app: FastAPI, uvicorn_exit: Callable, signum: int, hurry: asyncio.Event
+) -> None:
+    delay = app.state.settings.shutdown_delay_s
+    if delay:
+        log.info("shutdown: draining (/health 503), serving for %.1f s more", delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(hurry.wait(), delay)
+    if getattr(app.state, "stream_sessions", 0) and not hurry.is_set():
+        log.info("shutdown: ending %d live session(s) first", app.state.stream_sessions)
+        app.state.stream_drain.set()
+        deadline = time.monotonic() + STREAM_DRAIN_S
+        while getattr(app.state, "stream_sessions", 0) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    app.state.stream_drain.set()  # sessions opened from now on are refused
     uvicorn_exit(signum, None)
 
 

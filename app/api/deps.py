@@ -28,6 +28,7 @@ class Readiness:
     status: Literal["loading", "ready", "failed"] = "loading"
     error: str | None = None
     since: float = 0.0  # time.time() of the last change
+    draining: bool = False  # shutting down: /health answers 503 while requests are still served
     _event: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property

@@ -201,7 +201,7 @@ class HealthModel(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["loading", "ready", "failed"]
+    status: Literal["loading", "ready", "failed", "draining"]
     error: str | None = None
     default_model: str
     models: list[HealthModel] = Field(default_factory=list)

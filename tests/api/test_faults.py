@@ -211,6 +211,40 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
     assert "Application shutdown complete" in server.log_tail()
 
 
+def test_shutdown_delay_reports_draining_while_still_serving(tmp_path: Path) -> None:
+    """With STT_SHUTDOWN_DELAY_S, SIGTERM first turns /health to 503 "draining" while requests
+    are still served (a load balancer takes the replica out before it stops accepting); a new
+    live session is refused with 1013 (reconnect elsewhere); then the process exits cleanly."""
+    server = start_server(tmp_path, "delay", STT_SHUTDOWN_DELAY_S="4")
+    try:
+        assert httpx.get(server.url("/health"), timeout=5).status_code == 200
+        server.process.send_signal(signal.SIGTERM)
+        sent_at = time.monotonic()
+        wait_for(
+            lambda: httpx.get(server.url("/health"), timeout=5).status_code == 503,
+            2,
+            "/health turns 503",
+        )
+        health = httpx.get(server.url("/health"), timeout=5).json()
+        served = httpx.post(
+            server.url(TRANSCRIBE),
+            files={"file": ("a.wav", JFK_WAV.read_bytes(), "audio/wav")},
+            timeout=60,
+        )
+        served_after = time.monotonic() - sent_at
+        refused = asyncio.run(refused_session(server))
+        code = server.process.wait(60)
+        took = time.monotonic() - sent_at
+    finally:
+        stop_server(server)
+    assert health["status"] == "draining", health
+    assert served.status_code == 200 and normalise(served.json()["text"]) == normalise(JFK_TEXT)
+    assert served_after < 4, "the request was served inside the delay"
+    assert refused == ([{"code": "shutting_down"}], 1013)
+    assert 4 <= took < 20, took
+    assert code in CLEAN_EXIT, server.log_tail()
+
+
 def test_sigterm_grace_period_is_bounded(tmp_path: Path) -> None:
     """With a 1 s grace period, a long request is cut off and the process still exits cleanly,
     soon; no new connection is accepted after the signal."""

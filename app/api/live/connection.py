@@ -200,7 +200,7 @@ async def serve(
     elif not readiness.ready:
         detail = readiness.error or "the models are still loading; retry shortly"
         refusal = LiveError(detail, "loading", close=CLOSE_TRY_AGAIN, type_="server_error")
-    elif drain.is_set():
+    elif drain.is_set() or readiness.draining:
         refusal = LiveError("the server is shutting down; reconnect", "shutting_down",
                             close=CLOSE_TRY_AGAIN, type_="server_error")  # fmt: skip
     elif open_sessions >= settings.stream_max_sessions:

@@ -1,4 +1,5 @@
-"""`GET /health`: 503 while models load (or if loading failed), 200 with model and device info."""
+"""`GET /health`: 503 while models load (or if loading failed) and once shutdown began
+(draining), 200 with model and device info."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ async def health(
     pool: Annotated[WorkerPool, Depends(get_pool)],
     settings: Annotated[Settings, Depends(get_settings)],
 ) -> JSONResponse:
-    """Readiness and liveness in one (no API key needed): 200 once every model is warm."""
+    """Readiness and liveness in one (no API key needed): 200 once every model is warm, 503
+    again once a shutdown signal came (a load balancer stops sending new work here)."""
     models: list[HealthModel] = []
     if readiness.ready:
         models = [
@@ -36,8 +38,9 @@ async def health(
             for i in request.app.state.registry.infos()
         ]
     stats = pool.stats()
+    serving = readiness.ready and not readiness.draining
     body = Health(
-        status=readiness.status,
+        status="draining" if readiness.draining else readiness.status,
         error=readiness.error,
         default_model=settings.resolved_default_model,
         models=models,
@@ -46,4 +49,4 @@ async def health(
         active=stats.active,
         queued=stats.queued,
     )
-    return JSONResponse(body.model_dump(), status_code=200 if readiness.ready else 503)
+    return JSONResponse(body.model_dump(), status_code=200 if serving else 503)
