@@ -294,16 +294,18 @@ async def kill(args: argparse.Namespace) -> None:
         *(realtime_session(args.url, 25, s) for s in sessions),
     )
     await wait_until(lambda: rest.done >= 3, 120, "3 requests done")
-    replicas = containers()
-    by_addr = {addr: cid for cid, addr in replicas.items()}
-    victim_addr = next(iter(by_addr))
-    victim = {n.split("@")[0] for n in servers() if n.endswith(f"@{victim_addr}")}
+    await wait_until(lambda: all(s.upstream != "?" for s in sessions), 30, "sessions placed")
+    # the victim: the replica with the fewest sessions (so some session is on the survivor)
+    by_addr = {addr: cid for cid, addr in containers().items()}
+    placed = collections.Counter(s.upstream for s in sessions)
+    name, victim_addr = min((n.split("@") for n in up()), key=lambda na: placed.get(na[0], 0))
+    victim = {name}
     docker("kill", by_addr[victim_addr])
     log(f"killed {by_addr[victim_addr][:12]} ({victim_addr}) after {rest.done} requests")
     await load
     survivors = [s for s in sessions if s.upstream not in victim]
-    placed = [(s.upstream, s.close_code) for s in sessions]
-    log(f"REST by replica: {dict(rest.upstreams)}; sessions (replica, close) {placed}")
+    where = [(s.upstream, s.close_code) for s in sessions]
+    log(f"REST by replica: {dict(rest.upstreams)}; sessions (replica, close) {where}")
     assert not rest.failures, rest.failures
     assert rest.done == 24
     assert survivors, "no session was on the surviving replica"
