@@ -84,7 +84,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 
 USER 10001:10001
 WORKDIR /home/stt
-EXPOSE 8000
+EXPOSE 8000 10300
 
 # /health answers 503 until the models are loaded and warmed up; urlopen raises on any non-2xx.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \

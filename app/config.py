@@ -156,6 +156,16 @@ class Settings(BaseSettings):
     stream_max_sessions: int = Field(
         default=16, ge=1, description="Live streams open at the same time."
     )
+    wyoming_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Wyoming protocol (Home Assistant) TCP port, e.g. 10300; empty = off.",
+    )
+    wyoming_host: str = Field(default="0.0.0.0", description="Wyoming protocol bind address.")
+    wyoming_max_clients: int = Field(
+        default=4, ge=1, description="Wyoming connections served at the same time."
+    )
 
     _split_lists = field_validator("models", "cors_origins", mode="before")(_split_csv)
     _upper_devices = field_validator("device", "encoder_device", "decoder_device", mode="before")(
@@ -172,7 +182,9 @@ class Settings(BaseSettings):
     def _upper(cls, value: object) -> object:
         return value.strip().upper() if isinstance(value, str) else value
 
-    @field_validator("api_key", "ov_cache_dir", "default_model", "precision", mode="before")
+    @field_validator(
+        "api_key", "ov_cache_dir", "default_model", "precision", "wyoming_port", mode="before"
+    )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -31,6 +31,7 @@ from app.api.limits import UploadLimitMiddleware
 from app.api.live import audio_stream, page, realtime
 from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, models
+from app.api.wyoming import WyomingServer
 from app.config import Settings
 from app.runtime.memory import tune_malloc
 from app.runtime.sessions import RuntimeOptions
@@ -150,9 +151,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         loader.start()
     _end_live_sessions_first(app)
+    wyoming = WyomingServer(app.state) if app.state.settings.wyoming_port else None
+    if wyoming is not None:
+        await wyoming.start()  # a port in use fails the start, with the reason
     try:
         yield
     finally:
+        if wyoming is not None:
+            await wyoming.stop()
         await _drain(app.state.pool, SHUTDOWN_DRAIN_S)
         registry.close()
 

@@ -127,7 +127,9 @@ $DOCKER run --rm --entrypoint sh "$IMAGE" -c 'du -sh /opt/venv /models/* | sed "
 # ------------------------------------------------------------------------------ compose up
 phase "compose up -> healthy"
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+wyoming_port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export STT_IMAGE=$IMAGE STT_MODELS=$MODEL STT_PUBLISH=127.0.0.1:$port
+export STT_WYOMING_PUBLISH=127.0.0.1:$wyoming_port
 compose_up=1
 "${COMPOSE[@]}" up -d --no-build 2>&1 | sed 's/^/    /'
 cid=$("${COMPOSE[@]}" ps -q stt)
@@ -146,6 +148,7 @@ $DOCKER inspect -f '{{range .State.Health.Log}}    probe exit {{.ExitCode}} at {
 # ------------------------------------------------------------------------------ transcribe
 phase "transcribe (openai SDK)"
 if ! "$PY" tests/docker_smoke.py --base-url "http://127.0.0.1:$port/v1" --model "$MODEL" \
+  --wyoming "$wyoming_port" \
   --expect "$EXPECT" "$AUDIO" 2>&1 | sed 's/^/    /'; then
   fail "transcription through the openai SDK failed"
 fi

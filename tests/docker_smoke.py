@@ -8,6 +8,7 @@ container. Not collected by pytest (no `test_` prefix); run it against a live se
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import sys
 import time
@@ -30,6 +31,7 @@ def main() -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--expect", required=True, help="phrase the text must contain")
     parser.add_argument("--api-key", default="x")
+    parser.add_argument("--wyoming", type=int, help="also transcribe over Wyoming on this port")
     args = parser.parse_args()
 
     client = OpenAI(base_url=args.base_url, api_key=args.api_key, timeout=300, max_retries=0)
@@ -63,7 +65,38 @@ def main() -> int:
         except urllib.error.HTTPError as e:
             print(f"FAIL: GET {path}: {e.code}", file=sys.stderr)
             return 1
+    if args.wyoming:
+        text = asyncio.run(wyoming_transcript(args.wyoming, args.audio))
+        print(f"Wyoming transcript: {text!r}")
+        if normalise(args.expect) not in normalise(text):
+            print(f"FAIL: the Wyoming text does not contain {args.expect!r}", file=sys.stderr)
+            return 1
     return 0
+
+
+async def wyoming_transcript(port: int, audio: Path) -> str:
+    """The audio (16-bit WAV) sent over the Wyoming protocol, as Home Assistant does."""
+    import wave
+
+    from wyoming.asr import Transcript
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.client import AsyncTcpClient
+
+    with wave.open(str(audio)) as w:
+        rate, width, channels = w.getframerate(), w.getsampwidth(), w.getnchannels()
+        pcm = w.readframes(w.getnframes())
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(AudioStart(rate=rate, width=width, channels=channels).event())
+        step = rate // 10 * width * channels
+        for offset in range(0, len(pcm), step):
+            chunk = AudioChunk(rate=rate, width=width, channels=channels,
+                               audio=pcm[offset : offset + step])  # fmt: skip
+            await client.write_event(chunk.event())
+        await client.write_event(AudioStop().event())
+        while (event := await asyncio.wait_for(client.read_event(), 120)) is not None:
+            if Transcript.is_type(event.type):
+                return Transcript.from_event(event).text
+    return ""
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import SAMPLE_RATE, missing_files
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from app.service.batching import BatchingOptions, BatchingSessions
+from app.service.live.pcm import FramedPcm
 from app.service.transcriber import (
     Segment,
     Transcriber,
@@ -142,6 +143,11 @@ def language_code(language: str | None) -> str | None:
         f"Unsupported language '{language}': use an ISO-639-1 code such as 'en' or 'de'",
         param="language",
     )
+
+
+def model_languages(multilingual: bool) -> list[str]:
+    """The language codes a model takes: every Whisper language, or English only."""
+    return list(LANGUAGES) if multilingual else ["en"]
 
 
 def model_language(name: str, multilingual: bool, language: str | None) -> str | None:
@@ -264,9 +270,40 @@ class LoadedModel:
             raise TranscriptionCancelled("cancelled before start")
         t0 = time.perf_counter()
         audio = decode_audio(job.audio, SAMPLE_RATE, max_duration_s=job.max_audio_s)  # f32 [N]
-        t1 = time.perf_counter()
         if on_audio is not None:
             on_audio(audio.shape[0] / SAMPLE_RATE)
+        return self._transcribe_audio(audio, options, job, t0, on_delta, cancel, on_segment)
+
+    def transcribe_pcm(
+        self,
+        pcm: bytes,
+        rate: int,
+        width: int,
+        channels: int,
+        job: TranscriptionJob,
+        cancel: threading.Event | None = None,
+    ) -> TranscriptionResult:
+        """`transcribe` for raw interleaved integer PCM as a live protocol receives it
+        (`FramedPcm`: `width`-byte samples, `channels` per frame, `rate` Hz); `job.audio` is
+        not read."""
+        options = self.options_for(job)
+        t0 = time.perf_counter()
+        framed = FramedPcm(rate, width, channels)
+        audio = np.concatenate([framed.convert(pcm), framed.finish()])
+        return self._transcribe_audio(audio, options, job, t0, None, cancel, None)
+
+    def _transcribe_audio(
+        self,
+        audio: np.ndarray,
+        options: TranscriptionOptions,
+        job: TranscriptionJob,
+        t0: float,
+        on_delta: Callable[[str], None] | None,
+        cancel: threading.Event | None,
+        on_segment: Callable[[Segment], None] | None,
+    ) -> TranscriptionResult:
+        """The transcription of f32 16 kHz samples decoded since `t0`."""
+        t1 = time.perf_counter()
         segments, info = self.transcriber.transcribe(
             audio, options, on_delta=on_delta, cancel=cancel
         )

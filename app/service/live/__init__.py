@@ -20,7 +20,7 @@ from app.service.live.events import (
     StreamStats,
 )
 from app.service.live.options import POLICIES, StreamingOptions
-from app.service.live.pcm import ENCODINGS, PcmInput
+from app.service.live.pcm import ENCODINGS, FramedPcm, PcmInput
 from app.service.live.runner import LimitExceeded, LiveLimits, LiveRunner
 from app.service.live.session import StreamingSession
 
@@ -31,6 +31,7 @@ __all__ = [
     "BufferCleared",
     "CommittedText",
     "Finalized",
+    "FramedPcm",
     "LimitExceeded",
     "LiveLimits",
     "LiveRunner",

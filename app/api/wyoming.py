@@ -1,0 +1,385 @@
+"""Home Assistant's Wyoming protocol: speech-to-text over TCP on the same models, scheduler and
+limits as the HTTP API (`STT_WYOMING_PORT`; off when empty).
+
+One connection at a time per client, events framed by the `wyoming` package:
+
+    describe                      -> info (an `asr` program: the models, their languages)
+    transcribe {name, language}   -> (model and language of the next utterance; optional)
+    audio-start {rate, width, channels}
+                                  -> transcript-start {language}
+    audio-chunk ... (PCM)         -> transcript-chunk {text} as words are committed, while the
+                                     person speaks (the live-session core the WebSocket uses)
+    audio-stop                    -> transcript {text, language}, transcript-stop
+
+The `transcript` is the whole utterance transcribed as an uploaded file is (greedy, the server's
+defences), on the shared worker pool: the chunks come early from the live session and may
+differ from it by a word; the transcript is the text to act on. An utterance longer than
+`FINAL_PASS_MAX_S` keeps the live session's text instead (its audio is not held).
+
+Audio in any rate (8-192 kHz), sample width (1, 2 or 4 bytes) and channel count (averaged) the
+`audio-start` announces. Bad input gets an `error` event {text, code}: an unknown event, a chunk
+before `audio-start` or in another format than announced, an unsupported format, an unknown
+model or language; the connection goes on. A header or chunk larger than the limits
+(`STT_STREAM_MAX_FRAME_KB`), a client silent for `STT_STREAM_IDLE_TIMEOUT_S`, a session limit, or
+more than `STT_WYOMING_MAX_CLIENTS` connections: an `error` event, then the connection closes.
+
+Trust model: like Home Assistant's own Wyoming servers there is no authentication (the protocol
+has none): bind it to a LAN or a host-only address you trust (`STT_WYOMING_HOST`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event, async_read_event, async_write_event
+from wyoming.info import AsrModel, AsrProgram, Attribution, Describe, Info
+from wyoming.ping import Ping, Pong
+from wyoming.server import AsyncTcpServer
+
+from app.api.deps import Readiness
+from app.api.live.connection import LiveDeps
+from app.config import Settings
+from app.service.live import (
+    AudioDecodeError,
+    CommittedText,
+    FramedPcm,
+    LimitExceeded,
+    LiveRunner,
+    StreamEvent,
+    VadOptions,
+)
+from app.service.pool import PoolClosedError, QueueFullError, WorkerPool
+from app.service.registry import (
+    InvalidRequestError,
+    LoadedModel,
+    TranscriptionJob,
+    TranscriptionResult,
+    UnknownModelError,
+    model_language,
+    model_languages,
+)
+
+log = logging.getLogger(__name__)
+
+FINAL_PASS_MAX_S = 120.0  # utterances up to this long get the whole-utterance transcript
+BEAM_SIZE = 1  # voice commands: greedy, as Home Assistant's own Whisper add-on defaults to
+ATTRIBUTION = Attribution(name="OpenAI", url="https://github.com/openai/whisper")
+PROGRAM = Attribution(name="stt-openvino", url="https://github.com/openai/whisper")
+
+
+class WyomingError(Exception):
+    """A problem to report as an `error` event; `close` ends the connection after it."""
+
+    def __init__(self, text: str, code: str, *, close: bool = False) -> None:
+        super().__init__(text)
+        self.code = code
+        self.close = close
+
+
+class BoundedReader:
+    """The two reads `wyoming.event.async_read_event` makes, refused above the limits before
+    any byte of an oversized payload is read (the framing itself stays the package's)."""
+
+    def __init__(self, reader: asyncio.StreamReader, max_payload: int) -> None:
+        self.reader = reader
+        self.max_payload = max_payload
+
+    async def readline(self) -> bytes:
+        try:
+            return await self.reader.readline()
+        except (asyncio.LimitOverrunError, ValueError) as e:  # a line over the reader's limit
+            raise WyomingError("event header too long", "message_too_large", close=True) from e
+
+    async def readexactly(self, n: int) -> bytes:
+        if n > self.max_payload:
+            raise WyomingError(
+                f"event of {n} bytes is larger than the limit of {self.max_payload}",
+                "message_too_large", close=True,
+            )  # fmt: skip
+        return await self.reader.readexactly(n)
+
+
+class WyomingServer:
+    """The TCP server, started and stopped by the app's lifespan."""
+
+    def __init__(self, app_state: Any) -> None:
+        self.state = app_state
+        settings: Settings = app_state.settings
+        self.settings = settings
+        self.clients = 0
+        self._server = AsyncTcpServer(settings.wyoming_host, settings.wyoming_port or 0)
+
+    async def start(self) -> None:
+        await self._server.start(self._handler)
+        log.info(
+            "Wyoming protocol on %s:%s", self.settings.wyoming_host, self.settings.wyoming_port
+        )
+
+    async def stop(self) -> None:
+        await self._server.stop()
+
+    def _handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> SttHandler:
+        state = self.state
+        deps = LiveDeps(
+            self.settings, state.registry, state.pool, state.registry.vad, state.stream_drain
+        )
+        return SttHandler(reader, writer, self, deps, state.readiness)
+
+
+async def final_pass(
+    pool: WorkerPool, model: LoadedModel, data: bytes, pcm: FramedPcm, language: str | None
+) -> TranscriptionResult:
+    """The utterance transcribed as a file is, on the shared worker pool."""
+    job = TranscriptionJob(audio=b"", language=language, beam_size=BEAM_SIZE)
+    cancel = threading.Event()
+
+    def work() -> TranscriptionResult:
+        return model.transcribe_pcm(data, pcm.sample_rate, pcm.width, pcm.channels, job, cancel)
+
+    return await pool.run(work, cancel)
+
+
+class SttHandler:
+    """One Wyoming connection: reads events, runs one utterance at a time on a `LiveRunner`."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        server: WyomingServer,
+        deps: LiveDeps,
+        readiness: Readiness,
+    ) -> None:
+        settings = deps.settings
+        self.reader = BoundedReader(reader, settings.stream_max_frame_kb * 1024)
+        self.writer = writer
+        self.server = server
+        self.deps = deps
+        self.readiness = readiness
+        self.idle_timeout = settings.stream_idle_timeout_s
+        self.model_name: str | None = None  # None = the default model
+        self.language: str | None = None
+        self.runner: LiveRunner | None = None
+        self.pcm: FramedPcm | None = None
+        self.model: LoadedModel | None = None
+        self.utterance_language: str | None = None
+        self.recorded: bytearray | None = None  # the utterance's PCM, for the final pass
+        self.record_limit = 0
+        self._write_lock = asyncio.Lock()
+        self._chunks: asyncio.Queue[str] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        """The server stops (`AsyncServer.stop` calls this): drop the connection."""
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+    async def run(self) -> None:
+        server = self.server
+        server.clients += 1
+        try:
+            if server.clients > server.settings.wyoming_max_clients:
+                limit = server.settings.wyoming_max_clients
+                await self._error(
+                    WyomingError(f"the server serves at most {limit} Wyoming clients", "busy")
+                )
+                return
+            await self._serve()
+        finally:
+            server.clients -= 1
+            await self._end_utterance()
+            with contextlib.suppress(Exception):
+                self.writer.close()
+
+    async def _serve(self) -> None:
+        while True:
+            try:
+                event = await asyncio.wait_for(
+                    async_read_event(self.reader),  # type: ignore[arg-type]
+                    self.idle_timeout,
+                )
+            except TimeoutError:
+                await self._error(WyomingError(
+                    f"no event for {self.idle_timeout:g} s", "idle_timeout", close=True
+                ))  # fmt: skip
+                return
+            except WyomingError as e:
+                await self._error(e)
+                return
+            except (ConnectionError, asyncio.IncompleteReadError):
+                return
+            if event is None:  # the client closed, or sent a line that is not JSON
+                return
+            try:
+                await self._handle(event)
+            except WyomingError as e:
+                await self._error(e)
+                if e.close:
+                    return
+
+    # ---- events -------------------------------------------------------------------------
+    async def _handle(self, event: Event) -> None:
+        if Describe.is_type(event.type):
+            await self._write(self._info().event())
+        elif Ping.is_type(event.type):
+            await self._write(Pong(text=Ping.from_event(event).text).event())
+        elif Transcribe.is_type(event.type):
+            request = Transcribe.from_event(event)
+            model = self._model(request.name)
+            self._language(model, request.language)  # checked now, used at audio-start
+            self.model_name, self.language = request.name, request.language
+        elif AudioStart.is_type(event.type):
+            await self._start(AudioStart.from_event(event))
+        elif AudioChunk.is_type(event.type):
+            self._chunk(AudioChunk.from_event(event))
+        elif AudioStop.is_type(event.type):
+            await self._stop()
+        else:
+            raise WyomingError(f"unknown event type {event.type!r}", "unknown_event")
+
+    def _info(self) -> Info:
+        registry = self.deps.registry
+        models = []
+        for name in self.deps.settings.models:
+            loaded = name in registry.loaded
+            multilingual = loaded and registry.get(name).multilingual
+            models.append(AsrModel(
+                name=name, description=f"Whisper {name} (OpenVINO)", attribution=ATTRIBUTION,
+                installed=loaded, version=None,
+                languages=model_languages(multilingual) if loaded else [],
+            ))  # fmt: skip
+        program = AsrProgram(
+            name="stt-openvino",
+            description="Whisper speech-to-text on OpenVINO (NPU, GPU, CPU)",
+            attribution=PROGRAM,
+            installed=True,
+            version=None,
+            models=models,
+            supports_transcript_streaming=True,
+        )
+        return Info(asr=[program])
+
+    def _model(self, name: str | None) -> LoadedModel:
+        if not self.readiness.ready:
+            raise WyomingError(
+                self.readiness.error or "the models are still loading; retry shortly", "loading"
+            )
+        try:
+            return self.deps.registry.get(name or None)
+        except UnknownModelError as e:
+            raise WyomingError(str(e), "model_not_found") from e
+
+    def _language(self, model: LoadedModel, language: str | None) -> str | None:
+        try:
+            return model_language(model.name, model.multilingual, language)
+        except InvalidRequestError as e:
+            raise WyomingError(str(e), "unsupported_language") from e
+
+    async def _start(self, start: AudioStart) -> None:
+        await self._end_utterance()
+        if self.deps.drain.is_set() or self.readiness.draining:
+            raise WyomingError("the server is shutting down", "shutting_down", close=True)
+        model = self._model(self.model_name)
+        language = self._language(model, self.language)
+        try:
+            pcm = FramedPcm(start.rate, start.width, start.channels)
+        except ValueError as e:
+            raise WyomingError(f"unsupported audio: {e}", "unsupported_audio") from e
+        vad = VadOptions() if self.deps.vad is not None and self.deps.settings.vad_filter else None
+        options = self.deps.stream_options(language=language, vad=vad)
+        self.model, self.pcm, self.utterance_language = model, pcm, language
+        self.recorded = bytearray()
+        self.record_limit = int(FINAL_PASS_MAX_S * start.rate) * start.width * start.channels
+        self.runner = LiveRunner(model.transcriber, options, self.deps.vad, pcm,
+                                 self.deps.pool, self.deps.limits, self._on_event)  # fmt: skip
+        self.runner.start()
+        self._sender = asyncio.create_task(self._send_chunks())
+        await self._write(TranscriptStart(language=language or None).event())
+
+    def _chunk(self, chunk: AudioChunk) -> None:
+        pcm, runner = self.pcm, self.runner
+        if pcm is None or runner is None:
+            raise WyomingError("audio-chunk before audio-start", "no_audio_start")
+        announced = (pcm.sample_rate, pcm.width, pcm.channels)
+        if (chunk.rate, chunk.width, chunk.channels) != announced:
+            raise WyomingError(
+                f"audio-chunk is {chunk.rate} Hz x {chunk.width} byte(s) x {chunk.channels} "
+                f"channel(s), audio-start announced {announced[0]} Hz x {announced[1]} x "
+                f"{announced[2]}: chunk dropped", "audio_format_changed",
+            )  # fmt: skip
+        try:
+            runner.append(chunk.audio)
+        except AudioDecodeError as e:
+            raise WyomingError(f"audio dropped: {e}", "invalid_audio") from e
+        except LimitExceeded as e:
+            raise WyomingError(str(e), e.code, close=True) from e
+        if self.recorded is not None:
+            if len(self.recorded) + len(chunk.audio) > self.record_limit:
+                self.recorded = None  # too long to hold: the live text will be the transcript
+            else:
+                self.recorded += chunk.audio
+
+    async def _stop(self) -> None:
+        runner, model, pcm = self.runner, self.model, self.pcm
+        if runner is None or model is None or pcm is None:
+            raise WyomingError("audio-stop before audio-start", "no_audio_start")
+        language = self.utterance_language
+        try:
+            if self.recorded is None:
+                text = (await runner.close()).strip()
+            else:
+                await runner.stop()  # the final pass below covers the whole utterance
+                result = await final_pass(
+                    self.deps.pool, model, bytes(self.recorded), pcm, language
+                )
+                text, language = result.text, result.language
+        except LimitExceeded as e:
+            raise WyomingError(str(e), e.code, close=True) from e
+        except PoolClosedError as e:
+            raise WyomingError("the server is shutting down", "shutting_down", close=True) from e
+        except QueueFullError as e:
+            raise WyomingError(f"the server is busy, retry shortly ({e})", "busy") from e
+        await self._chunks.join()  # every transcript-chunk is out before the transcript
+        await self._write(Transcript(text=text, language=language).event())
+        await self._write(TranscriptStop().event())
+        await self._end_utterance()
+
+    # ---- output ---------------------------------------------------------------------------
+    def _on_event(self, event: StreamEvent) -> None:
+        if isinstance(event, CommittedText) and event.text.strip():
+            self._chunks.put_nowait(event.text)
+
+    async def _send_chunks(self) -> None:
+        while True:
+            text = await self._chunks.get()
+            try:
+                await self._write(TranscriptChunk(text=text).event())
+            finally:
+                self._chunks.task_done()
+
+    async def _write(self, event: Event) -> None:
+        async with self._write_lock:
+            await async_write_event(event, self.writer)
+
+    async def _error(self, error: WyomingError) -> None:
+        log.info("wyoming: %s (%s)", error, error.code)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self._write(Error(text=str(error), code=error.code).event())
+
+    async def _end_utterance(self) -> None:
+        runner, sender = self.runner, self._sender
+        self.runner, self._sender, self.pcm, self.model = None, None, None, None
+        if runner is not None:
+            await runner.stop()
+        if sender is not None:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+        self._chunks = asyncio.Queue()

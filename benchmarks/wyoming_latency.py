@@ -1,0 +1,219 @@
+"""Home Assistant's view: audio-stop -> transcript over the Wyoming protocol, ours vs
+wyoming-faster-whisper on the same weights and threads.
+
+Ours: a real uvicorn server with `STT_WYOMING_PORT` (default settings otherwise). The peer:
+`wyoming-faster-whisper` (PyPI) in `.venv-peer` beside faster-whisper, started offline on the
+CTranslate2 folder the peer benchmarks use, int8, greedy (`--beam-size 1`, as ours answers a
+Wyoming utterance), the same `--cpu-threads`, English. Each utterance is sent as Home Assistant
+sends a voice command: `transcribe`, `audio-start`, 100 ms chunks at real-time pace (`--pace`),
+`audio-stop`; the time from sending `audio-stop` to receiving `transcript` is the latency.
+Clips: the repo's short ones (3-11 s). Systems alternate clip by clip; `--rounds` rounds.
+
+    make bench-setup      # .venv-peer with faster-whisper and wyoming-faster-whisper
+    .venv/bin/python benchmarks/wyoming_latency.py --models tiny.en,base
+
+Writes benchmarks/results/wyoming_latency.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.info import Describe
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import common  # noqa: E402
+from benchmarks.api_latency import free_port, launch_server  # noqa: E402
+
+CLIPS = [
+    "jfk.wav",
+    "1089-134686-0000.flac",
+    "1089-134686-0001.flac",
+    "1089-134691-0000.flac",
+    "1089-134691-0001.flac",
+    "2412-153948-0000.flac",
+]
+RATE = 16000
+CHUNK = RATE // 10  # 100 ms
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="tiny.en,base")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--pace", type=float, default=1.0, help="x real time when sending audio")
+    p.add_argument("--models-dir", type=Path, default=REPO / "models")
+    common.add_args(p)
+    return p.parse_args()
+
+
+def pcm16(path: Path) -> bytes:
+    audio, rate = sf.read(path, dtype="float32", always_2d=True)
+    audio = soxr.resample(audio.mean(axis=1), rate, RATE)
+    return (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+async def utterance(port: int, pcm: bytes, pace: float) -> tuple[float, str]:
+    """(seconds from audio-stop to transcript, its text)."""
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(Transcribe(language="en").event())
+        await client.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
+        step = CHUNK * 2
+        started = time.monotonic()
+        for i, offset in enumerate(range(0, len(pcm), step)):
+            chunk = AudioChunk(rate=RATE, width=2, channels=1, audio=pcm[offset : offset + step])
+            await client.write_event(chunk.event())
+            ahead = started + (i + 1) * 0.1 / pace - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+        await client.write_event(AudioStop().event())
+        stopped = time.monotonic()
+        while (event := await asyncio.wait_for(client.read_event(), 120)) is not None:
+            if Transcript.is_type(event.type):
+                return time.monotonic() - stopped, Transcript.from_event(event).text
+    raise RuntimeError("the server closed without a transcript")
+
+
+async def answers(port: int) -> bool:
+    try:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Describe().event())
+            return (await asyncio.wait_for(client.read_event(), 5)) is not None
+    except OSError:
+        return False
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the peer exited with {process.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0 and asyncio.run(answers(port)):
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"nothing answers on port {port}")
+
+
+def start_peer(model: str, threads: int, data_dir: Path) -> tuple[subprocess.Popen, int]:
+    python = REPO / ".venv-peer" / "bin" / "python"
+    if not python.is_file():
+        raise SystemExit("the peer venv is missing: run `make bench-setup`")
+    port = free_port()
+    process = subprocess.Popen(
+        [str(python), "-m", "wyoming_faster_whisper", "--uri", f"tcp://127.0.0.1:{port}",
+         "--model", str(common.peer_model_dir(model)), "--data-dir", str(data_dir),
+         "--local-files-only", "--stt-library", "faster-whisper", "--compute-type", "int8",
+         "--beam-size", "1", "--cpu-threads", str(threads), "--language", "en"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_for_port(port, process)
+    return process, port
+
+
+def measure(model: str, args: argparse.Namespace) -> dict:
+    port = free_port()
+    ours = launch_server(
+        model,
+        args.models_dir,
+        {"STT_THREADS": str(args.threads), "STT_WYOMING_PORT": str(port),
+         "STT_WYOMING_HOST": "127.0.0.1"},
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as data_dir:
+        peer, peer_port = start_peer(model, args.threads, Path(data_dir))
+        systems = {"ours": port, "wyoming-faster-whisper": peer_port}
+        clips = {name: pcm16(common.TESTDATA / "audio" / name) for name in CLIPS}
+        samples: dict[str, dict[str, list[float]]] = {s: {c: [] for c in clips} for s in systems}
+        texts: dict[str, dict[str, str]] = {s: {} for s in systems}
+        load = common.load1()
+        try:
+            for name in systems:  # warm-up
+                asyncio.run(utterance(systems[name], clips[CLIPS[0]], 8.0))
+            for r in range(args.rounds):
+                for i, clip in enumerate(clips):
+                    for name in common.rotate(list(systems), r + i):
+                        seconds, text = asyncio.run(
+                            utterance(systems[name], clips[clip], args.pace)
+                        )
+                        samples[name][clip].append(seconds)
+                        texts[name][clip] = text
+                        print(f"[{model}] {clip} {name}: {seconds:.3f} s", file=sys.stderr)
+        finally:
+            ours.stop()
+            peer.terminate()
+            peer.wait(15)
+    return {"model": model, "samples": samples, "texts": texts, "load": load}
+
+
+def main() -> None:
+    args = parse_args()
+    load = common.start_load(args)
+    results = [measure(m, args) for m in args.models.split(",")]
+    lines = common.header(
+        "Wyoming: audio-stop -> transcript, ours vs wyoming-faster-whisper",
+        load,
+        [
+            f"Same weights, {args.threads} threads each, greedy, English. Each utterance: "
+            f"`transcribe`, `audio-start`, 100 ms chunks at {args.pace:g}x real time, "
+            "`audio-stop`; latency = from sending `audio-stop` to receiving `transcript`. "
+            f"{args.rounds} round(s) over {len(CLIPS)} clips, systems alternating. WER against "
+            "the clips' references (Whisper normaliser), all clips together.",
+        ],
+    )
+    rows = []
+    for r in results:
+        refs = [common.clip_reference(common.TESTDATA / "audio" / c) for c in CLIPS]
+        medians = {}
+        for name, per_clip in r["samples"].items():
+            all_s = [s for values in per_clip.values() for s in values]
+            medians[name] = statistics.median(all_s)
+            wer = common.wer(refs, [r["texts"][name][c] for c in CLIPS])[0]
+            rows.append(
+                [
+                    r["model"],
+                    name,
+                    f"{medians[name]:.3f}",
+                    f"{min(all_s):.3f}–{max(all_s):.3f}",
+                    f"{wer:.1f}",
+                    f"{r['load']:.2f}",
+                ]
+            )
+        rows[-2].append(f"{medians['ours'] / medians['wyoming-faster-whisper']:.2f}")
+        rows[-1].append("-")
+    lines += [
+        "",
+        *common.table(
+            ["model", "system", "median s", "min–max s", "WER %", "load", "ours ÷ peer"], rows
+        ),
+        "",
+        "## Per clip (median s, ours / peer)",
+        "",
+    ]
+    clip_rows = []
+    for r in results:
+        for c in CLIPS:
+            ours = statistics.median(r["samples"]["ours"][c])
+            theirs = statistics.median(r["samples"]["wyoming-faster-whisper"][c])
+            clip_rows.append([r["model"], c, f"{ours:.3f}", f"{theirs:.3f}"])
+    lines += common.table(["model", "clip", "ours", "wyoming-faster-whisper"], clip_rows)
+    common.write(args.out_dir / "wyoming_latency.md", lines)
+
+
+if __name__ == "__main__":
+    main()

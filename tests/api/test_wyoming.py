@@ -1,0 +1,261 @@
+"""The Wyoming protocol (Home Assistant) on a real server, driven by the `wyoming` package's own
+client: describe, jfk -> its text with transcript chunks while the audio still arrives, other
+rates and channel counts, bad input answered with `error` events, limits, two clients at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+
+from tests.api.conftest import (
+    JFK_TEXT,
+    JFK_WAV,
+    LiveServer,
+    free_port,
+    normalise,
+    start_server,
+    stop_server,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+IDLE_S = 3
+MAX_FRAME_KB = 64
+MAX_CLIENTS = 3
+CHUNK_S = 0.1
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, int]:
+    port = free_port()
+    live = start_server(
+        tmp_path_factory.mktemp("wyoming"),
+        "wyoming",
+        STT_WYOMING_PORT=str(port),
+        STT_WYOMING_HOST="127.0.0.1",
+        STT_WYOMING_MAX_CLIENTS=str(MAX_CLIENTS),
+        STT_STREAM_IDLE_TIMEOUT_S=str(IDLE_S),
+        STT_STREAM_MAX_FRAME_KB=str(MAX_FRAME_KB),
+    )
+    yield live, port
+    stop_server(live)
+
+
+def jfk(rate: int, channels: int = 1) -> bytes:
+    """jfk.wav as 16-bit PCM at `rate` Hz, `channels` interleaved copies."""
+    audio, source_rate = sf.read(JFK_WAV, dtype="float32")
+    audio = soxr.resample(audio, source_rate, rate)
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
+    return np.repeat(pcm[:, None], channels, axis=1).tobytes()
+
+
+async def utterance(
+    port: int,
+    audio: bytes,
+    rate: int,
+    channels: int = 1,
+    *,
+    pace: float = 0.0,
+    before: list[Event] = (),  # type: ignore[assignment]
+) -> tuple[list[Event], int]:
+    """Send [before...], audio-start, the audio in 100 ms chunks (`pace` s apart), audio-stop;
+    read all along. Returns the events received until transcript-stop (or an error / close),
+    and how many of them arrived before audio-stop was sent."""
+    events: list[Event] = []
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+
+        async def read() -> None:
+            while (event := await client.read_event()) is not None:
+                events.append(event)
+                if TranscriptStop.is_type(event.type) or Error.is_type(event.type):
+                    return
+
+        reader = asyncio.create_task(read())
+        for event in before:
+            await client.write_event(event)
+        await client.write_event(AudioStart(rate=rate, width=2, channels=channels).event())
+        step = int(rate * CHUNK_S) * 2 * channels
+        for offset in range(0, len(audio), step):
+            chunk = AudioChunk(rate=rate, width=2, channels=channels,
+                               audio=audio[offset : offset + step])  # fmt: skip
+            await client.write_event(chunk.event())
+            if pace:
+                await asyncio.sleep(pace)
+        sent_stop_after = len(events)
+        await client.write_event(AudioStop().event())
+        await asyncio.wait_for(reader, 120)
+    return events, sent_stop_after
+
+
+def text_of(events: list[Event]) -> str:
+    transcripts = [Transcript.from_event(e) for e in events if Transcript.is_type(e.type)]
+    assert len(transcripts) == 1, [e.type for e in events]
+    return transcripts[0].text
+
+
+def test_describe_lists_the_models(server) -> None:
+    async def go() -> Info:
+        async with AsyncTcpClient("127.0.0.1", server[1]) as client:
+            await client.write_event(Describe().event())
+            return Info.from_event(await client.read_event())
+
+    info = asyncio.run(go())
+    (program,) = info.asr
+    assert program.supports_transcript_streaming and program.installed
+    assert [(m.name, m.languages, m.installed) for m in program.models] == [
+        ("tiny.en", ["en"], True)
+    ]
+
+
+def test_jfk_streams_chunks_while_speaking_then_the_transcript(server) -> None:
+    events, before_stop = asyncio.run(
+        utterance(server[1], jfk(16000), 16000, pace=CHUNK_S / 3,
+                  before=[Transcribe(name="tiny.en", language="en").event()])
+    )  # fmt: skip
+    kinds = [e.type for e in events]
+    assert kinds[0] == TranscriptStart.from_event(events[0]).event().type
+    assert kinds[-2:] == ["transcript", "transcript-stop"], kinds
+    chunks = [TranscriptChunk.from_event(e).text for e in events if e.type == "transcript-chunk"]
+    assert any(e.type == "transcript-chunk" for e in events[:before_stop]), (before_stop, kinds)
+    assert normalise(text_of(events)) == normalise(JFK_TEXT)
+    assert chunks and all(chunk.strip() for chunk in chunks)
+    assert Transcript.from_event(events[-2]).language == "en"
+
+
+@pytest.mark.parametrize(("rate", "channels"), [(8000, 1), (48000, 2)])
+def test_other_rates_and_stereo(server, rate: int, channels: int) -> None:
+    events, _ = asyncio.run(utterance(server[1], jfk(rate, channels), rate, channels))
+    words = normalise(text_of(events)).split()
+    expected = normalise(JFK_TEXT).split()
+    assert len(set(words) & set(expected)) >= 0.9 * len(set(expected)), words
+
+
+def test_two_clients_at_once(server) -> None:
+    async def both() -> list[tuple[list[Event], int]]:
+        audio = jfk(16000)
+        return await asyncio.gather(utterance(server[1], audio, 16000),
+                                    utterance(server[1], audio, 16000))  # fmt: skip
+
+    for events, _ in asyncio.run(both()):
+        assert normalise(text_of(events)) == normalise(JFK_TEXT)
+
+
+async def exchange(port: int, events: list[Event], *, until_close: bool = False) -> list[Event]:
+    """Send `events`, then read until the server has answered each (or closed)."""
+    received: list[Event] = []
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        for event in events:
+            await client.write_event(event)
+        await client.write_event(Describe().event())  # answered last: all before it are in
+        while (event := await asyncio.wait_for(client.read_event(), 30)) is not None:
+            received.append(event)
+            if Info.is_type(event.type) and not until_close:
+                break
+    return received
+
+
+def errors(events: list[Event]) -> list[str | None]:
+    return [Error.from_event(e).code for e in events if Error.is_type(e.type)]
+
+
+def test_bad_events_get_errors_and_the_connection_goes_on(server) -> None:
+    port = server[1]
+    bad = [
+        Event(type="no-such-event"),
+        AudioChunk(rate=16000, width=2, channels=1, audio=b"\0\0" * 160).event(),
+        AudioStop().event(),
+        AudioStart(rate=16000, width=3, channels=1).event(),
+        AudioStart(rate=1000, width=2, channels=1).event(),
+        Transcribe(name="whisper-large-v9").event(),
+        Transcribe(name="tiny.en", language="fr").event(),
+    ]
+    received = asyncio.run(exchange(port, bad))
+    assert errors(received) == [
+        "unknown_event", "no_audio_start", "no_audio_start", "unsupported_audio",
+        "unsupported_audio", "model_not_found", "unsupported_language",
+    ]  # fmt: skip
+    assert Info.is_type(received[-1].type)  # still answering after all that
+    # a chunk in another format than announced, and one that is not whole frames
+    mixed = [
+        AudioStart(rate=16000, width=2, channels=1).event(),
+        AudioChunk(rate=8000, width=2, channels=1, audio=b"\0\0" * 80).event(),
+        AudioChunk(rate=16000, width=2, channels=1, audio=b"\0\0\0").event(),
+    ]
+    assert errors(asyncio.run(exchange(port, mixed))) == ["audio_format_changed", "invalid_audio"]
+
+
+def test_oversized_chunk_closes_the_connection(server) -> None:
+    big = AudioChunk(rate=16000, width=2, channels=1, audio=b"\0" * (MAX_FRAME_KB * 1024 + 2))
+    received = asyncio.run(
+        exchange(server[1], [AudioStart(rate=16000, width=2, channels=1).event(), big.event()],
+                 until_close=True)
+    )  # fmt: skip
+    assert errors(received) == ["message_too_large"]
+    assert not any(Info.is_type(e.type) for e in received)  # closed before the describe
+
+
+def test_a_silent_client_is_dropped_and_others_go_on(server) -> None:
+    async def silent() -> tuple[list[Event], float]:
+        started = time.monotonic()
+        async with AsyncTcpClient("127.0.0.1", server[1]) as client:
+            await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            received = []
+            while (event := await asyncio.wait_for(client.read_event(), 30)) is not None:
+                received.append(event)
+        return received, time.monotonic() - started
+
+    async def both() -> tuple[tuple[list[Event], float], tuple[list[Event], int]]:
+        return await asyncio.gather(silent(), utterance(server[1], jfk(16000), 16000))
+
+    (received, took), (other, _) = asyncio.run(both())
+    assert [e.type for e in received][-1] == "error" and errors(received) == ["idle_timeout"]
+    assert IDLE_S <= took < IDLE_S + 10
+    assert normalise(text_of(other)) == normalise(JFK_TEXT)
+
+
+def test_clients_over_the_limit_are_turned_away(server) -> None:
+    async def go() -> list[Event]:
+        clients = [AsyncTcpClient("127.0.0.1", server[1]) for _ in range(MAX_CLIENTS + 1)]
+        for client in clients[:MAX_CLIENTS]:
+            await client.connect()
+            await client.write_event(Describe().event())
+            await client.read_event()  # connected and served
+        extra = clients[MAX_CLIENTS]
+        await extra.connect()
+        received = []
+        while (event := await asyncio.wait_for(extra.read_event(), 30)) is not None:
+            received.append(event)
+        for client in clients:
+            await client.disconnect()
+        return received
+
+    assert errors(asyncio.run(go())) == ["busy"]
+
+
+def test_server_without_the_setting_has_no_wyoming_port(tmp_path: Path) -> None:
+    """Off by default: the port the test would use stays closed."""
+    port = free_port()
+    live = start_server(tmp_path, "no-wyoming")
+    try:
+
+        async def connect() -> None:
+            async with AsyncTcpClient("127.0.0.1", port) as client:
+                await client.write_event(Describe().event())
+
+        with pytest.raises(OSError):
+            asyncio.run(connect())
+    finally:
+        stop_server(live)
