@@ -46,6 +46,7 @@ from wyoming.server import AsyncTcpServer
 from app.api.deps import Readiness
 from app.api.live.connection import LiveDeps
 from app.config import Settings
+from app.service.jobs import model_language, model_languages
 from app.service.live import (
     AudioDecodeError,
     CommittedText,
@@ -62,8 +63,6 @@ from app.service.registry import (
     TranscriptionJob,
     TranscriptionResult,
     UnknownModelError,
-    model_language,
-    model_languages,
 )
 
 log = logging.getLogger(__name__)

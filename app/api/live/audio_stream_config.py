@@ -14,13 +14,13 @@ from typing import Any
 
 from app.api.live.connection import LiveError
 from app.config import Settings
+from app.service.jobs import model_language
 from app.service.live import ENCODINGS, StreamingOptions, VadOptions
 from app.service.registry import (
     InvalidRequestError,
     LoadedModel,
     ModelRegistry,
     UnknownModelError,
-    model_language,
 )
 
 FIELDS = ("model", "language", "task", "sample_rate", "encoding", "prompt", "vad",

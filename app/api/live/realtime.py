@@ -73,6 +73,7 @@ from app.api.live.realtime_events import (
     new_item_id,
     parse_client_event,
 )
+from app.service.jobs import model_language
 from app.service.live import (
     AudioDecodeError,
     BufferCleared,
@@ -90,7 +91,6 @@ from app.service.registry import (
     InvalidRequestError,
     LoadedModel,
     UnknownModelError,
-    model_language,
 )
 
 log = logging.getLogger(__name__)
