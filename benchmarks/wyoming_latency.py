@@ -6,8 +6,13 @@ Ours: a real uvicorn server with `STT_WYOMING_PORT` (default settings otherwise)
 CTranslate2 folder the peer benchmarks use, int8, greedy (`--beam-size 1`, as ours answers a
 Wyoming utterance), the same `--cpu-threads`, English. Each utterance is sent as Home Assistant
 sends a voice command: `transcribe`, `audio-start`, 100 ms chunks at real-time pace (`--pace`),
-`audio-stop`; the time from sending `audio-stop` to receiving `transcript` is the latency.
+then `--silences` seconds of silence (Home Assistant's pipeline stops a command after hearing
+about 0.7 s of silence; 0 = the clip ends and the client stops at once), `audio-stop`; the time
+from sending `audio-stop` to receiving `transcript` is the latency.
 Clips: the repo's short ones (3-11 s). Systems alternate clip by clip; `--rounds` rounds.
+Then `wyoming-bench stt` (PyPI, in `.venv-peer`) runs against both servers at once on the same
+clips as its corpus (16-bit WAV + reference text), non-streaming and streaming; its report is
+kept as `results/wyoming_bench_<model>.txt`.
 
     make bench-setup      # .venv-peer with faster-whisper and wyoming-faster-whisper
     .venv/bin/python benchmarks/wyoming_latency.py --models tiny.en,base
@@ -56,7 +61,8 @@ CHUNK = RATE // 10  # 100 ms
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="tiny.en,base")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--silences", default="0,0.7", help="trailing silence (s) before audio-stop")
     p.add_argument("--pace", type=float, default=1.0, help="x real time when sending audio")
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
     common.add_args(p)
@@ -127,6 +133,34 @@ def start_peer(model: str, threads: int, data_dir: Path) -> tuple[subprocess.Pop
     return process, port
 
 
+def write_corpus(folder: Path) -> Path:
+    """The clips as wyoming-bench's corpus: <stem>.wav (16-bit, 16 kHz) + <stem>.txt."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in CLIPS:
+        path = common.TESTDATA / "audio" / name
+        stem = folder / Path(name).stem
+        audio = np.frombuffer(pcm16(path), "<i2")
+        sf.write(stem.with_suffix(".wav"), audio, RATE, subtype="PCM_16")
+        stem.with_suffix(".txt").write_text(common.clip_reference(path) or "")
+    return folder
+
+
+def wyoming_bench(ports: dict[str, int], corpus: Path, rounds: int) -> str:
+    """`wyoming-bench stt` against every server at once; its report (stdout)."""
+    tool = REPO / ".venv-peer" / "bin" / "wyoming-bench"
+    if not tool.is_file():
+        return "wyoming-bench is not installed: run `make bench-setup`\n"
+    servers = [f"127.0.0.1:{port}" for port in ports.values()]
+    out = subprocess.run(
+        [str(tool), "stt", *servers, "--corpus", str(corpus), "--rounds", str(rounds)],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    names = ", ".join(f"127.0.0.1:{p} = {name}" for name, p in ports.items())
+    return f"$ wyoming-bench stt {' '.join(servers)} --corpus CLIPS --rounds {rounds}\n" + (
+        f"({names})\n\n{out.stdout}{out.stderr}"
+    )
+
+
 def measure(model: str, args: argparse.Namespace) -> dict:
     port = free_port()
     ours = launch_server(
@@ -139,26 +173,34 @@ def measure(model: str, args: argparse.Namespace) -> dict:
         peer, peer_port = start_peer(model, args.threads, Path(data_dir))
         systems = {"ours": port, "wyoming-faster-whisper": peer_port}
         clips = {name: pcm16(common.TESTDATA / "audio" / name) for name in CLIPS}
-        samples: dict[str, dict[str, list[float]]] = {s: {c: [] for c in clips} for s in systems}
-        texts: dict[str, dict[str, str]] = {s: {} for s in systems}
+        silences = [float(s) for s in args.silences.split(",")]
+        cells = [(c, s) for s in silences for c in clips]
+        samples: dict[str, dict[tuple, list[float]]] = {s: {c: [] for c in cells} for s in systems}
+        texts: dict[str, dict[tuple, str]] = {s: {} for s in systems}
         load = common.load1()
         try:
             for name in systems:  # warm-up
                 asyncio.run(utterance(systems[name], clips[CLIPS[0]], 8.0))
             for r in range(args.rounds):
-                for i, clip in enumerate(clips):
+                for i, (clip, silence) in enumerate(cells):
+                    audio = clips[clip] + b"\0\0" * int(RATE * silence)
                     for name in common.rotate(list(systems), r + i):
-                        seconds, text = asyncio.run(
-                            utterance(systems[name], clips[clip], args.pace)
-                        )
-                        samples[name][clip].append(seconds)
-                        texts[name][clip] = text
-                        print(f"[{model}] {clip} {name}: {seconds:.3f} s", file=sys.stderr)
+                        seconds, text = asyncio.run(utterance(systems[name], audio, args.pace))
+                        samples[name][(clip, silence)].append(seconds)
+                        texts[name][(clip, silence)] = text
+                        print(f"[{model}] {clip} +{silence:g} s {name}: {seconds:.3f} s",
+                              file=sys.stderr)  # fmt: skip
+            corpus = write_corpus(Path(data_dir) / "corpus")
+            bench = wyoming_bench(systems, corpus, args.rounds)
+            (args.out_dir / f"wyoming_bench_{model}.txt").write_text(bench)
+            print(bench, file=sys.stderr)
         finally:
             ours.stop()
             peer.terminate()
             peer.wait(15)
-    return {"model": model, "samples": samples, "texts": texts, "load": load}
+    return {
+        "model": model, "samples": samples, "texts": texts, "load": load, "silences": silences,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -172,46 +214,44 @@ def main() -> None:
             f"Same weights, {args.threads} threads each, greedy, English. Each utterance: "
             f"`transcribe`, `audio-start`, 100 ms chunks at {args.pace:g}x real time, "
             "`audio-stop`; latency = from sending `audio-stop` to receiving `transcript`. "
-            f"{args.rounds} round(s) over {len(CLIPS)} clips, systems alternating. WER against "
+            f"{args.rounds} round(s) over {len(CLIPS)} clips per silence, systems alternating. "
+            "WER against "
             "the clips' references (Whisper normaliser), all clips together.",
         ],
     )
     rows = []
+    refs = [common.clip_reference(common.TESTDATA / "audio" / c) for c in CLIPS]
     for r in results:
-        refs = [common.clip_reference(common.TESTDATA / "audio" / c) for c in CLIPS]
-        medians = {}
-        for name, per_clip in r["samples"].items():
-            all_s = [s for values in per_clip.values() for s in values]
-            medians[name] = statistics.median(all_s)
-            wer = common.wer(refs, [r["texts"][name][c] for c in CLIPS])[0]
-            rows.append(
-                [
-                    r["model"],
-                    name,
-                    f"{medians[name]:.3f}",
-                    f"{min(all_s):.3f}–{max(all_s):.3f}",
-                    f"{wer:.1f}",
-                    f"{r['load']:.2f}",
-                ]
-            )
-        rows[-2].append(f"{medians['ours'] / medians['wyoming-faster-whisper']:.2f}")
-        rows[-1].append("-")
+        for silence in r["silences"]:
+            medians = {}
+            for name, per_cell in r["samples"].items():
+                cells = [(c, silence) for c in CLIPS]
+                all_s = [s for cell in cells for s in per_cell[cell]]
+                medians[name] = statistics.median(all_s)
+                wer = common.wer(refs, [r["texts"][name][cell] for cell in cells])[0]
+                rows.append([r["model"], f"{silence:g}", name, f"{medians[name]:.3f}",
+                             f"{min(all_s):.3f}–{max(all_s):.3f}", f"{wer:.1f}",
+                             f"{r['load']:.2f}"])  # fmt: skip
+            ratio = medians["ours"] / medians["wyoming-faster-whisper"]
+            rows[-2].append(f"{ratio:.2f}")
+            rows[-1].append("-")
+    head = ["model", "silence s", "system", "median s", "min–max s", "WER %", "load"]
     lines += [
         "",
-        *common.table(
-            ["model", "system", "median s", "min–max s", "WER %", "load", "ours ÷ peer"], rows
-        ),
+        *common.table([*head, "ours ÷ peer"], rows),
         "",
         "## Per clip (median s, ours / peer)",
         "",
     ]
     clip_rows = []
     for r in results:
-        for c in CLIPS:
-            ours = statistics.median(r["samples"]["ours"][c])
-            theirs = statistics.median(r["samples"]["wyoming-faster-whisper"][c])
-            clip_rows.append([r["model"], c, f"{ours:.3f}", f"{theirs:.3f}"])
-    lines += common.table(["model", "clip", "ours", "wyoming-faster-whisper"], clip_rows)
+        for silence in r["silences"]:
+            for c in CLIPS:
+                ours = statistics.median(r["samples"]["ours"][(c, silence)])
+                theirs = statistics.median(r["samples"]["wyoming-faster-whisper"][(c, silence)])
+                clip_rows.append([r["model"], f"{silence:g}", c, f"{ours:.3f}", f"{theirs:.3f}"])
+    lines += common.table(["model", "silence s", "clip", "ours", "wyoming-faster-whisper"],
+                          clip_rows)  # fmt: skip
     common.write(args.out_dir / "wyoming_latency.md", lines)
 
 

@@ -12,8 +12,9 @@ One connection at a time per client, events framed by the `wyoming` package:
     audio-stop                    -> transcript {text, language}, transcript-stop
 
 The `transcript` is the whole utterance transcribed as an uploaded file is (greedy, the server's
-defences), on the shared worker pool: the chunks come early from the live session and may
-differ from it by a word; the transcript is the text to act on. An utterance longer than
+defences), on the shared worker pool, started as soon as the speaker pauses
+(`app/service/live/utterance.py`): the chunks come early from the live session and may differ
+from it by a word; the transcript is the text to act on. An utterance longer than
 `FINAL_PASS_MAX_S` keeps the live session's text instead (its audio is not held).
 
 Audio in any rate (8-192 kHz), sample width (1, 2 or 4 bytes) and channel count (averaged) the
@@ -32,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from typing import Any
 
 from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
@@ -53,15 +53,17 @@ from app.service.live import (
     FramedPcm,
     LimitExceeded,
     LiveRunner,
+    SpeechStarted,
+    SpeechStopped,
     StreamEvent,
     VadOptions,
 )
-from app.service.pool import PoolClosedError, QueueFullError, WorkerPool
+from app.service.live.utterance import Utterance, UtteranceFormat
+from app.service.pool import PoolClosedError, QueueFullError
 from app.service.registry import (
     InvalidRequestError,
     LoadedModel,
     TranscriptionJob,
-    TranscriptionResult,
     UnknownModelError,
 )
 
@@ -132,19 +134,6 @@ class WyomingServer:
         return SttHandler(reader, writer, self, deps, state.readiness)
 
 
-async def final_pass(
-    pool: WorkerPool, model: LoadedModel, data: bytes, pcm: FramedPcm, language: str | None
-) -> TranscriptionResult:
-    """The utterance transcribed as a file is, on the shared worker pool."""
-    job = TranscriptionJob(audio=b"", language=language, beam_size=BEAM_SIZE)
-    cancel = threading.Event()
-
-    def work() -> TranscriptionResult:
-        return model.transcribe_pcm(data, pcm.sample_rate, pcm.width, pcm.channels, job, cancel)
-
-    return await pool.run(work, cancel)
-
-
 class SttHandler:
     """One Wyoming connection: reads events, runs one utterance at a time on a `LiveRunner`."""
 
@@ -169,8 +158,7 @@ class SttHandler:
         self.pcm: FramedPcm | None = None
         self.model: LoadedModel | None = None
         self.utterance_language: str | None = None
-        self.recorded: bytearray | None = None  # the utterance's PCM, for the final pass
-        self.record_limit = 0
+        self.utterance: Utterance | None = None  # its audio and whole-utterance transcription
         self._write_lock = asyncio.Lock()
         self._chunks: asyncio.Queue[str] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
@@ -294,8 +282,10 @@ class SttHandler:
         vad = VadOptions() if self.deps.vad is not None and self.deps.settings.vad_filter else None
         options = self.deps.stream_options(language=language, vad=vad)
         self.model, self.pcm, self.utterance_language = model, pcm, language
-        self.recorded = bytearray()
-        self.record_limit = int(FINAL_PASS_MAX_S * start.rate) * start.width * start.channels
+        job = TranscriptionJob(audio=b"", language=language, beam_size=BEAM_SIZE)
+        fmt = UtteranceFormat(start.rate, start.width, start.channels)
+        self.utterance = Utterance(model, self.deps.pool, self.deps.vad, fmt, job,
+                                   FINAL_PASS_MAX_S)  # fmt: skip
         self.runner = LiveRunner(model.transcriber, options, self.deps.vad, pcm,
                                  self.deps.pool, self.deps.limits, self._on_event)  # fmt: skip
         self.runner.start()
@@ -319,25 +309,21 @@ class SttHandler:
             raise WyomingError(f"audio dropped: {e}", "invalid_audio") from e
         except LimitExceeded as e:
             raise WyomingError(str(e), e.code, close=True) from e
-        if self.recorded is not None:
-            if len(self.recorded) + len(chunk.audio) > self.record_limit:
-                self.recorded = None  # too long to hold: the live text will be the transcript
-            else:
-                self.recorded += chunk.audio
+        if self.utterance is not None:
+            self.utterance.add(chunk.audio)
 
     async def _stop(self) -> None:
-        runner, model, pcm = self.runner, self.model, self.pcm
-        if runner is None or model is None or pcm is None:
+        runner, utterance = self.runner, self.utterance
+        if runner is None or utterance is None:
             raise WyomingError("audio-stop before audio-start", "no_audio_start")
         language = self.utterance_language
         try:
-            if self.recorded is None:
+            if utterance.recorded is None:  # too long to hold: the live text
                 text = (await runner.close()).strip()
             else:
-                await runner.stop()  # the final pass below covers the whole utterance
-                result = await final_pass(
-                    self.deps.pool, model, bytes(self.recorded), pcm, language
-                )
+                await runner.stop()  # the whole-utterance pass covers everything
+                result = await utterance.transcript()
+                assert result is not None
                 text, language = result.text, result.language
         except LimitExceeded as e:
             raise WyomingError(str(e), e.code, close=True) from e
@@ -354,6 +340,10 @@ class SttHandler:
     def _on_event(self, event: StreamEvent) -> None:
         if isinstance(event, CommittedText) and event.text.strip():
             self._chunks.put_nowait(event.text)
+        elif self.utterance is not None and isinstance(event, SpeechStopped):
+            self.utterance.speech_stopped()
+        elif self.utterance is not None and isinstance(event, SpeechStarted):
+            self.utterance.speech_started()
 
     async def _send_chunks(self) -> None:
         while True:
@@ -373,8 +363,11 @@ class SttHandler:
             await self._write(Error(text=str(error), code=error.code).event())
 
     async def _end_utterance(self) -> None:
-        runner, sender = self.runner, self._sender
+        runner, sender, utterance = self.runner, self._sender, self.utterance
         self.runner, self._sender, self.pcm, self.model = None, None, None, None
+        self.utterance = None
+        if utterance is not None:
+            utterance.close()
         if runner is not None:
             await runner.stop()
         if sender is not None:

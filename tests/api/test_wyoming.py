@@ -135,6 +135,26 @@ def test_jfk_streams_chunks_while_speaking_then_the_transcript(server) -> None:
     assert Transcript.from_event(events[-2]).language == "en"
 
 
+def test_speech_after_a_pause_is_in_the_transcript(server) -> None:
+    """The whole-utterance pass starts when the speaker pauses; speech after the pause must
+    not be lost to it: jfk, 1.5 s of silence, jfk again -> both in the transcript."""
+    audio = jfk(16000)
+    silence = b"\0\0" * int(16000 * 1.5)
+    events, _ = asyncio.run(utterance(server[1], audio + silence + audio, 16000, pace=CHUNK_S / 2))
+    text = normalise(text_of(events))
+    assert text.count("and so my fellow americans") == 2, text  # the second one too
+    assert text.endswith("what you can do for your country"), text
+
+
+def test_a_pause_before_the_stop_gives_the_same_transcript(server) -> None:
+    """jfk then 1.5 s of silence (a client stops after hearing silence): the pass started at
+    the pause is the transcript."""
+    audio = jfk(16000) + b"\0\0" * int(16000 * 1.5)
+    events, _ = asyncio.run(utterance(server[1], audio, 16000, pace=CHUNK_S / 2))
+    assert normalise(text_of(events)) == normalise(JFK_TEXT)
+    assert "the pass started at the pause answers" in server[0].log_tail()
+
+
 @pytest.mark.parametrize(("rate", "channels"), [(8000, 1), (48000, 2)])
 def test_other_rates_and_stereo(server, rate: int, channels: int) -> None:
     events, _ = asyncio.run(utterance(server[1], jfk(rate, channels), rate, channels))
