@@ -58,6 +58,7 @@ from app.service.live import (
     StreamEvent,
     VadOptions,
 )
+from app.service.live.pacing import RealTimeFeed
 from app.service.live.utterance import Utterance, UtteranceFormat
 from app.service.pool import PoolClosedError, QueueFullError
 from app.service.registry import (
@@ -159,6 +160,7 @@ class SttHandler:
         self.model: LoadedModel | None = None
         self.utterance_language: str | None = None
         self.utterance: Utterance | None = None  # its audio and whole-utterance transcription
+        self.feed: RealTimeFeed | None = None  # the audio to the live session, at real-time pace
         self._write_lock = asyncio.Lock()
         self._chunks: asyncio.Queue[str] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
@@ -179,6 +181,8 @@ class SttHandler:
                 )
                 return
             await self._serve()
+        except Exception:
+            log.exception("wyoming: the connection failed")
         finally:
             server.clients -= 1
             await self._end_utterance()
@@ -210,6 +214,8 @@ class SttHandler:
                 await self._error(e)
                 if e.close:
                     return
+            except (ConnectionError, RuntimeError):  # the client left while we answered
+                return
 
     # ---- events -------------------------------------------------------------------------
     async def _handle(self, event: Event) -> None:
@@ -289,6 +295,7 @@ class SttHandler:
         self.runner = LiveRunner(model.transcriber, options, self.deps.vad, pcm,
                                  self.deps.pool, self.deps.limits, self._on_event)  # fmt: skip
         self.runner.start()
+        self.feed = RealTimeFeed(self.runner, fmt.bytes_per_s)
         self._sender = asyncio.create_task(self._send_chunks())
         await self._write(TranscriptStart(language=language or None).event())
 
@@ -303,24 +310,39 @@ class SttHandler:
                 f"channel(s), audio-start announced {announced[0]} Hz x {announced[1]} x "
                 f"{announced[2]}: chunk dropped", "audio_format_changed",
             )  # fmt: skip
+        frame = pcm.width * pcm.channels
+        if len(chunk.audio) % frame:
+            raise WyomingError(
+                f"audio dropped: audio must be whole frames of {frame} bytes "
+                f"({pcm.width}-byte samples x {pcm.channels} channel(s)); got "
+                f"{len(chunk.audio)} bytes", "invalid_audio",
+            )  # fmt: skip
+        assert self.feed is not None
+        self._check_feed()
+        self.feed.put(chunk.audio)
+        if self.utterance is not None:
+            self.utterance.add(chunk.audio)
+
+    def _check_feed(self) -> None:
+        assert self.feed is not None
         try:
-            runner.append(chunk.audio)
+            self.feed.check()
         except AudioDecodeError as e:
             raise WyomingError(f"audio dropped: {e}", "invalid_audio") from e
         except LimitExceeded as e:
             raise WyomingError(str(e), e.code, close=True) from e
-        if self.utterance is not None:
-            self.utterance.add(chunk.audio)
 
     async def _stop(self) -> None:
-        runner, utterance = self.runner, self.utterance
-        if runner is None or utterance is None:
+        runner, utterance, feed = self.runner, self.utterance, self.feed
+        if runner is None or utterance is None or feed is None:
             raise WyomingError("audio-stop before audio-start", "no_audio_start")
         language = self.utterance_language
         try:
             if utterance.recorded is None:  # too long to hold: the live text
+                feed.flush()
                 text = (await runner.close()).strip()
             else:
+                await feed.stop()
                 await runner.stop()  # the whole-utterance pass covers everything
                 result = await utterance.transcript()
                 assert result is not None
@@ -363,9 +385,11 @@ class SttHandler:
             await self._write(Error(text=str(error), code=error.code).event())
 
     async def _end_utterance(self) -> None:
-        runner, sender, utterance = self.runner, self._sender, self.utterance
+        runner, sender, utterance, feed = self.runner, self._sender, self.utterance, self.feed
         self.runner, self._sender, self.pcm, self.model = None, None, None, None
-        self.utterance = None
+        self.utterance, self.feed = None, None
+        if feed is not None:
+            await feed.stop()
         if utterance is not None:
             utterance.close()
         if runner is not None:

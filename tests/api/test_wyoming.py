@@ -150,7 +150,7 @@ def test_a_pause_before_the_stop_gives_the_same_transcript(server) -> None:
     """jfk then 1.5 s of silence (a client stops after hearing silence): the pass started at
     the pause is the transcript."""
     audio = jfk(16000) + b"\0\0" * int(16000 * 1.5)
-    events, _ = asyncio.run(utterance(server[1], audio, 16000, pace=CHUNK_S / 2))
+    events, _ = asyncio.run(utterance(server[1], audio, 16000, pace=CHUNK_S))  # live
     assert normalise(text_of(events)) == normalise(JFK_TEXT)
     assert "the pass started at the pause answers" in server[0].log_tail()
 
@@ -244,6 +244,24 @@ def test_a_silent_client_is_dropped_and_others_go_on(server) -> None:
     assert [e.type for e in received][-1] == "error" and errors(received) == ["idle_timeout"]
     assert IDLE_S <= took < IDLE_S + 10
     assert normalise(text_of(other)) == normalise(JFK_TEXT)
+
+
+def test_a_client_leaving_before_the_answer_is_quietly_dropped(server) -> None:
+    """A client that sends audio-stop and leaves at once: the server writes into a closed
+    connection; that ends the connection quietly and the next client is served."""
+
+    async def leave() -> None:
+        async with AsyncTcpClient("127.0.0.1", server[1]) as client:
+            await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            chunk = AudioChunk(rate=16000, width=2, channels=1, audio=jfk(16000)[:64000])
+            await client.write_event(chunk.event())
+            await client.write_event(AudioStop().event())
+
+    asyncio.run(leave())
+    events, _ = asyncio.run(utterance(server[1], jfk(16000), 16000))
+    assert normalise(text_of(events)) == normalise(JFK_TEXT)
+    assert "Task exception was never retrieved" not in server[0].log_tail(400)
+    assert "Traceback" not in server[0].log_tail(400)
 
 
 def test_clients_over_the_limit_are_turned_away(server) -> None:
