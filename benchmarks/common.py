@@ -45,6 +45,16 @@ SAMPLE_RATE = 16000
 
 JFK = AUDIO / "jfk.wav"
 EARNINGS = AUDIO / "earnings22_1_4482311_3_62.wav"
+# the repo's short English clips (3-11 s), one file per recording
+SHORT_CLIPS = (
+    "jfk.wav",
+    "1089-134686-0000.flac",
+    "1089-134686-0001.flac",
+    "1089-134691-0000.flac",
+    "1089-134691-0001.flac",
+    "2412-153948-0000.flac",
+)
+SPEECH_CLIPS = (*SHORT_CLIPS, EARNINGS.name)  # every English recording once
 LONG = CACHE / "long10m.wav"
 LONG_TARGET_S = 600.0
 OPENAI_WHISPER = "openai-whisper==20250625"  # its sdist ships the spelling map of the normaliser

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from app.engine.audio import decode_audio  # noqa: E402
-from benchmarks.common import AUDIO, CACHE, english_clips  # noqa: E402
+from benchmarks.common import AUDIO, CACHE, SPEECH_CLIPS, english_clips  # noqa: E402
 from tests.media import (  # noqa: E402
     CONTAINERS,
     RATE,
@@ -57,16 +57,6 @@ OUT = CACHE / "robustness"
 NONSPEECH_S = 20.0
 GAP_S = 20.0  # silence between sentences in the "long silences" file
 VERSION = 2  # bump when the corpus changes: a cached corpus of another version is rebuilt
-
-SPEECH_CLIPS = [
-    "jfk.wav",
-    "1089-134686-0000.flac",
-    "1089-134686-0001.flac",
-    "1089-134691-0000.flac",
-    "1089-134691-0001.flac",
-    "2412-153948-0000.flac",
-    "earnings22_1_4482311_3_62.wav",
-]
 
 
 # ---- the corpus ---------------------------------------------------------------------------------

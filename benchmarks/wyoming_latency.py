@@ -46,14 +46,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import common  # noqa: E402
 from benchmarks.api_latency import free_port, launch_server  # noqa: E402
 
-CLIPS = [
-    "jfk.wav",
-    "1089-134686-0000.flac",
-    "1089-134686-0001.flac",
-    "1089-134691-0000.flac",
-    "1089-134691-0001.flac",
-    "2412-153948-0000.flac",
-]
+CLIPS = common.SHORT_CLIPS
 RATE = 16000
 CHUNK = RATE // 10  # 100 ms
 
