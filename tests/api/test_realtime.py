@@ -278,7 +278,10 @@ def test_g711_telephone_audio(server: LiveServer, jfk_rest: str, kind: str, enco
             session,
             audio,
             bytes_per_s=8000,
-            speed=4.0,
+            # 2x real time: at 4x this machine committed "And so am I fellow ..." on the µ-law
+            # clip in most runs, at this commit and at 31cbde4 alike (an AlignAtt finding for
+            # #19, not a G.711 one: the decoded audio is the same at any pace)
+            speed=2.0,
             after=commit,
             done=lambda r: bool(r.of(COMPLETED)),
         )
