@@ -156,9 +156,7 @@ class SttHandler:
         self.model_name: str | None = None  # None = the default model
         self.language: str | None = None
         self.runner: LiveRunner | None = None
-        self.pcm: FramedPcm | None = None
-        self.model: LoadedModel | None = None
-        self.utterance_language: str | None = None
+        self.pcm: FramedPcm | None = None  # the format audio-start announced
         self.utterance: Utterance | None = None  # its audio and whole-utterance transcription
         self.feed: RealTimeFeed | None = None  # the audio to the live session, at real-time pace
         self._write_lock = asyncio.Lock()
@@ -287,7 +285,7 @@ class SttHandler:
             raise WyomingError(f"unsupported audio: {e}", "unsupported_audio") from e
         vad = VadOptions() if self.deps.vad is not None and self.deps.settings.vad_filter else None
         options = self.deps.stream_options(language=language, vad=vad)
-        self.model, self.pcm, self.utterance_language = model, pcm, language
+        self.pcm = pcm
         job = TranscriptionJob(audio=b"", language=language, beam_size=BEAM_SIZE)
         fmt = UtteranceFormat(start.rate, start.width, start.channels)
         self.utterance = Utterance(model, self.deps.pool, self.deps.vad, fmt, job,
@@ -310,13 +308,10 @@ class SttHandler:
                 f"channel(s), audio-start announced {announced[0]} Hz x {announced[1]} x "
                 f"{announced[2]}: chunk dropped", "audio_format_changed",
             )  # fmt: skip
-        frame = pcm.width * pcm.channels
-        if len(chunk.audio) % frame:
-            raise WyomingError(
-                f"audio dropped: audio must be whole frames of {frame} bytes "
-                f"({pcm.width}-byte samples x {pcm.channels} channel(s)); got "
-                f"{len(chunk.audio)} bytes", "invalid_audio",
-            )  # fmt: skip
+        try:
+            pcm.check_frames(chunk.audio)  # now, not when the feed hands the chunk on
+        except AudioDecodeError as e:
+            raise WyomingError(f"audio dropped: {e}", "invalid_audio") from e
         assert self.feed is not None
         self._check_feed()
         self.feed.put(chunk.audio)
@@ -336,7 +331,7 @@ class SttHandler:
         runner, utterance, feed = self.runner, self.utterance, self.feed
         if runner is None or utterance is None or feed is None:
             raise WyomingError("audio-stop before audio-start", "no_audio_start")
-        language = self.utterance_language
+        language = utterance.job.language
         try:
             if utterance.recorded is None:  # too long to hold: the live text
                 feed.flush()
@@ -386,7 +381,7 @@ class SttHandler:
 
     async def _end_utterance(self) -> None:
         runner, sender, utterance, feed = self.runner, self._sender, self.utterance, self.feed
-        self.runner, self._sender, self.pcm, self.model = None, None, None, None
+        self.runner, self._sender, self.pcm = None, None, None
         self.utterance, self.feed = None, None
         if feed is not None:
             await feed.stop()

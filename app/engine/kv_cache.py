@@ -59,6 +59,7 @@ class KVCache(ABC):
         dims = sessions.manifest.dims
         self.sessions = sessions
         self.cross = cross  # [1 or B, H, n_audio_ctx, Dh] per layer; shared, never copied
+        self.cross_nbytes = int(sum(a.nbytes for a in cross))  # handed over on every call
         self.batch = batch
         self.n_layers = dims.n_text_layer
         self.n_heads = dims.n_heads
@@ -96,10 +97,6 @@ class KVCache(ABC):
     @abstractmethod
     def self_nbytes(self) -> int:
         """Bytes held for self-attention K/V (all rows)."""
-
-    @property
-    def cross_nbytes(self) -> int:
-        return int(sum(a.nbytes for a in self.cross))
 
     @property
     def nbytes(self) -> int:

@@ -33,7 +33,6 @@ from app.service.jobs import (
     UnknownModelError,
     model_language,
 )
-from app.service.live.pcm import FramedPcm
 from app.service.transcriber import (
     Segment,
     Transcriber,
@@ -173,23 +172,13 @@ class LoadedModel:
             on_audio(audio.shape[0] / SAMPLE_RATE)
         return self._transcribe_audio(audio, options, job, t0, on_delta, cancel, on_segment)
 
-    def transcribe_pcm(
-        self,
-        pcm: bytes,
-        rate: int,
-        width: int,
-        channels: int,
-        job: TranscriptionJob,
-        cancel: threading.Event | None = None,
+    def transcribe_samples(
+        self, audio: np.ndarray, job: TranscriptionJob, cancel: threading.Event | None = None
     ) -> TranscriptionResult:
-        """`transcribe` for raw interleaved integer PCM as a live protocol receives it
-        (`FramedPcm`: `width`-byte samples, `channels` per frame, `rate` Hz); `job.audio` is
-        not read."""
+        """`transcribe` for audio already decoded (f32 16 kHz mono, as a live protocol holds
+        it); `job.audio` is not read."""
         options = self.options_for(job)
-        t0 = time.perf_counter()
-        framed = FramedPcm(rate, width, channels)
-        audio = np.concatenate([framed.convert(pcm), framed.finish()])
-        return self._transcribe_audio(audio, options, job, t0, None, cancel, None)
+        return self._transcribe_audio(audio, options, job, time.perf_counter(), None, cancel, None)
 
     def _transcribe_audio(
         self,

@@ -71,7 +71,8 @@ class FramedPcm(PcmInput):
         super().__init__("pcm_f32le", sample_rate)
         self.width, self.channels = width, channels
 
-    def _decode(self, data: bytes) -> np.ndarray:
+    def check_frames(self, data: bytes) -> None:
+        """Raise AudioDecodeError unless `data` is a whole number of frames."""
         frame = self.width * self.channels
         size = memoryview(data).nbytes
         if size % frame:
@@ -79,6 +80,9 @@ class FramedPcm(PcmInput):
                 f"audio must be whole frames of {frame} bytes ({self.width}-byte samples x "
                 f"{self.channels} channel(s)); got {size} bytes"
             )
+
+    def _decode(self, data: bytes) -> np.ndarray:
+        self.check_frames(data)
         dtype, offset, scale = _WIDTHS[self.width]
         samples = (np.frombuffer(data, dtype).astype(np.float32) - offset) / np.float32(scale)
         return samples.reshape(-1, self.channels).mean(axis=1, dtype=np.float32)

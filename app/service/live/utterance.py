@@ -119,7 +119,7 @@ class Utterance:
         cancel = threading.Event()
 
         def work() -> TranscriptionResult:
-            return model.transcribe_pcm(data, fmt.rate, fmt.width, fmt.channels, job, cancel)
+            return model.transcribe_samples(fmt.to_float(data), job, cancel)
 
         return await self.pool.run(work, cancel)
 
