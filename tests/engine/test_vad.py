@@ -13,12 +13,14 @@ from app.engine.vad import (
     VadModelError,
     VadOptions,
     VadStream,
+    block_gains,
     collect_speech,
     restore_time,
     spans_from_probs,
     speech_time_map,
     speech_timestamps,
 )
+from app.engine.vad_lanes import LANE_CHUNKS, WARMUP_CHUNKS
 from app.export.sources import sha256_of
 from app.export.vad import VAD_SHA256
 from tests.conftest import MODELS_DIR
@@ -137,3 +139,53 @@ def test_options_are_checked() -> None:
         VadOptions(threshold=0.5, neg_threshold=0.7)
     with pytest.raises(ValueError):
         VadOptions(min_silence_s=-1)
+
+
+def _counting(vad: SileroVad, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make `vad` record the rows of every model call it makes (a list, appended to)."""
+    calls: list[int] = []
+    run = vad.run
+
+    def counted(x: np.ndarray, state: np.ndarray, rate: int = 16000):
+        calls.append(x.shape[0])
+        return run(x, state, rate)
+
+    monkeypatch.setattr(vad, "run", counted)
+    return calls
+
+
+def test_a_clip_shorter_than_a_lane_is_one_sequential_pass(
+    vad: SileroVad, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short clip (a voice command) costs one model call per 32 ms chunk, no warm-up and no
+    padding to a whole lane, and gives the sequential pass's probabilities."""
+    audio = clip("1089-134686-0000.flac")[: 3 * 16000]  # full band: the 16 kHz branch
+    n = -(-audio.shape[0] // CHUNK_SAMPLES)
+    chunks = np.zeros((n, CHUNK_SAMPLES), np.float32)
+    chunks.reshape(-1)[: audio.shape[0]] = audio
+    chunks *= block_gains(chunks)[:, None]
+    state, tail, expected = np.zeros((2, 1, 128), np.float32), np.zeros((1, 64), np.float32), []
+    for chunk in chunks:
+        x = np.concatenate([tail, chunk[None]], axis=1)
+        prob, state = vad.run(x, state)
+        expected.append(prob[0])
+        tail = x[:, -64:]
+    calls = _counting(vad, monkeypatch)
+    probs = vad.probs(audio)
+    assert len(calls) == n
+    np.testing.assert_array_equal(probs, np.array(expected, np.float32))
+
+
+def test_lanes_run_only_where_they_hold_audio(
+    vad: SileroVad, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """25 s = three lanes in two threads: the first lane alone (no warm-up), the second and
+    third as one batch for as long as the second (full) lane runs."""
+    audio = np.tile(clip("1089-134686-0000.flac"), 3)[: 25 * 16000]
+    n = -(-audio.shape[0] // CHUNK_SAMPLES)
+    assert -(-n // LANE_CHUNKS) == 3
+    calls = _counting(vad, monkeypatch)
+    vad.probs(audio)
+    assert sorted(calls).count(1) == LANE_CHUNKS  # the first lane, from its first chunk
+    assert calls.count(2) == WARMUP_CHUNKS + LANE_CHUNKS  # lanes 2 and 3 together
+    assert len(calls) == LANE_CHUNKS + WARMUP_CHUNKS + LANE_CHUNKS
