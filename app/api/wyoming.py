@@ -53,8 +53,6 @@ from app.service.live import (
     FramedPcm,
     LimitExceeded,
     LiveRunner,
-    SpeechStarted,
-    SpeechStopped,
     StreamEvent,
     VadOptions,
 )
@@ -357,10 +355,6 @@ class SttHandler:
     def _on_event(self, event: StreamEvent) -> None:
         if isinstance(event, CommittedText) and event.text.strip():
             self._chunks.put_nowait(event.text)
-        elif self.utterance is not None and isinstance(event, SpeechStopped):
-            self.utterance.speech_stopped()
-        elif self.utterance is not None and isinstance(event, SpeechStarted):
-            self.utterance.speech_started()
 
     async def _send_chunks(self) -> None:
         while True:

@@ -155,6 +155,17 @@ def test_a_pause_before_the_stop_gives_the_same_transcript(server) -> None:
     assert "the pass started at the pause answers" in server[0].log_tail()
 
 
+def test_a_short_pause_before_the_stop_starts_the_pass_early(server) -> None:
+    """jfk then 0.3 s of silence, at real-time pace: the pass starts after 0.2 s of silence
+    (shorter than the live session's 0.5 s turn end), so it is the transcript."""
+    audio = jfk(16000) + b"\0\0" * int(16000 * 0.3)
+    seen = len(server[0].log_path.read_text(errors="replace").splitlines())
+    events, _ = asyncio.run(utterance(server[1], audio, 16000, pace=CHUNK_S))
+    assert normalise(text_of(events)) == normalise(JFK_TEXT)
+    logged = server[0].log_path.read_text(errors="replace").splitlines()[seen:]
+    assert any("the pass started at the pause answers" in line for line in logged), logged
+
+
 @pytest.mark.parametrize(("rate", "channels"), [(8000, 1), (48000, 2)])
 def test_other_rates_and_stereo(server, rate: int, channels: int) -> None:
     events, _ = asyncio.run(utterance(server[1], jfk(rate, channels), rate, channels))
