@@ -200,7 +200,8 @@ def main() -> None:
         load_before,
         [
             "Corpus: `benchmarks/robustness_corpus.py` (seeded; 7 English clips per speech "
-            "condition, 11 non-speech clips of 8-20 s). Systems: "
+            "condition, each with 3 noise draws at SNR 20 and 10 dB; 11 non-speech clips of "
+            "8-20 s). Systems: "
             + "; ".join(f"`{s['key']}` = {s['config']} {s['options'] or ''}" for s in systems)
             + f". Wall time {time.time() - started:.0f} s.",
         ],

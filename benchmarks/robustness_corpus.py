@@ -16,6 +16,10 @@ Non-speech: 20 s clips that must give no text at all.
 
     .venv/bin/python benchmarks/robustness_corpus.py [--out .cache/bench/robustness]
 
+At SNR 20 and 10 dB (the conditions the noise target covers) each clip gets `NOISE_DRAWS`
+independent noise draws: the corpus has ~207 words per condition, so one word is 0.48 points of
+a cell's WER — coarser than the +0.3 point target; three draws make it 0.16.
+
 Writes the audio files and `manifest.jsonl` (file, kind "speech" | "nonspeech", condition, clip,
 text) into the folder; `benchmarks/robustness.py` builds it when missing.
 """
@@ -56,7 +60,8 @@ SEED = 20261127
 OUT = CACHE / "robustness"
 NONSPEECH_S = 20.0
 GAP_S = 20.0  # silence between sentences in the "long silences" file
-VERSION = 2  # bump when the corpus changes: a cached corpus of another version is rebuilt
+NOISE_DRAWS = 3  # noise realisations per clip at SNR >= 10 dB (the first is the shared stream's)
+VERSION = 3  # bump when the corpus changes: a cached corpus of another version is rebuilt
 
 
 # ---- the corpus ---------------------------------------------------------------------------------
@@ -125,6 +130,15 @@ def build(out: Path = OUT) -> Path:
             name = f"{slug(condition)}__{Path(clip).stem}.wav"
             write(name, transform(audio), kind="speech", condition=condition, clip=clip,
                   text=texts[clip])  # fmt: skip
+    for draw in range(1, NOISE_DRAWS):  # own generators: the files above stay as they were
+        extra = speech_conditions(np.random.default_rng([SEED, draw]))
+        for condition, transform in extra.items():
+            if "noise" not in condition or condition.endswith("SNR 5"):
+                continue
+            for clip, audio in clips.items():
+                name = f"{slug(condition)}__{Path(clip).stem}__draw{draw}.wav"
+                write(name, transform(audio), kind="speech", condition=condition, clip=clip,
+                      text=texts[clip])  # fmt: skip
     for kind in ("m4a", "webm", "mp4"):
         for clip, audio in clips.items():
             name = f"{kind}__{Path(clip).stem}{CONTAINERS[kind][2]}"
