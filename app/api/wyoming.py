@@ -156,7 +156,8 @@ class SttHandler:
         self.runner: LiveRunner | None = None
         self.pcm: FramedPcm | None = None  # the format audio-start announced
         self.utterance: Utterance | None = None  # its audio and whole-utterance transcription
-        self.feed: RealTimeFeed | None = None  # the audio to the live session, at real-time pace
+        self.feed: RealTimeFeed | None = None  # the audio to the live session and the utterance's
+        # pause detector, at real-time pace
         self._write_lock = asyncio.Lock()
         self._chunks: asyncio.Queue[str] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
@@ -286,12 +287,17 @@ class SttHandler:
         self.pcm = pcm
         job = TranscriptionJob(audio=b"", language=language, beam_size=BEAM_SIZE)
         fmt = UtteranceFormat(start.rate, start.width, start.channels)
-        self.utterance = Utterance(model, self.deps.pool, self.deps.vad, fmt, job,
-                                   FINAL_PASS_MAX_S)  # fmt: skip
-        self.runner = LiveRunner(model.transcriber, options, self.deps.vad, pcm,
-                                 self.deps.pool, self.deps.limits, self._on_event)  # fmt: skip
-        self.runner.start()
-        self.feed = RealTimeFeed(self.runner, fmt.bytes_per_s)
+        utterance = Utterance(model, self.deps.pool, self.deps.vad, fmt, job, FINAL_PASS_MAX_S)
+        runner = LiveRunner(model.transcriber, options, self.deps.vad, pcm,
+                            self.deps.pool, self.deps.limits, self._on_event)  # fmt: skip
+        runner.start()
+
+        def hear(data: bytes) -> None:  # the audio as it is spoken
+            runner.append(data)
+            utterance.heard(data)
+
+        self.utterance, self.runner = utterance, runner
+        self.feed = RealTimeFeed(hear, fmt.bytes_per_s)
         self._sender = asyncio.create_task(self._send_chunks())
         await self._write(TranscriptStart(language=language or None).event())
 

@@ -12,7 +12,7 @@ BYTES_PER_S = 32000  # 16 kHz, 16-bit, mono
 
 
 class Arrivals:
-    """Records when each chunk reached the session (the feed's only use of a runner)."""
+    """Records when each chunk reached the session (the feed's sink)."""
 
     def __init__(self, fail_after: int | None = None, expect: int = 0) -> None:
         self.times: list[float] = []
@@ -30,7 +30,7 @@ class Arrivals:
 
 async def burst(chunks: int, lead_s: float) -> tuple[list[float], float]:
     arrivals = Arrivals(expect=chunks)
-    feed = RealTimeFeed(arrivals, BYTES_PER_S, lead_s=lead_s)  # type: ignore[arg-type]
+    feed = RealTimeFeed(arrivals.append, BYTES_PER_S, lead_s=lead_s)
     started = asyncio.get_running_loop().time()
     for _ in range(chunks):
         feed.put(b"\0" * (BYTES_PER_S // 10))  # 100 ms each, all at once
@@ -50,7 +50,7 @@ def test_a_burst_is_fed_at_real_time_pace() -> None:
 def test_flush_hands_over_the_rest_and_errors_surface() -> None:
     async def go() -> tuple[int, BaseException | None]:
         arrivals = Arrivals(fail_after=3)
-        feed = RealTimeFeed(arrivals, BYTES_PER_S, lead_s=0.0)  # type: ignore[arg-type]
+        feed = RealTimeFeed(arrivals.append, BYTES_PER_S, lead_s=0.0)
         for _ in range(5):
             feed.put(b"\0" * 3200)
         error = None

@@ -3,8 +3,9 @@
 A live session is for audio that arrives as it is spoken: each pass reads the words so far.
 A client may instead send a recording in one burst and stop at once (a benchmark, a client
 replaying a file); passes on that burst are wasted work that competes with the transcription
-the client waits for. `RealTimeFeed` hands the session the audio at most `lead_s` ahead of
-real time since the first chunk; audio sent live passes straight through.
+the client waits for. `RealTimeFeed` hands the session (and whatever else reacts to the audio as
+it is spoken: the Wyoming utterance's pause detector) the audio at most `lead_s` ahead of real
+time since the first chunk; audio sent live passes straight through.
 """
 
 from __future__ import annotations
@@ -12,19 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-
-from app.service.live.runner import LiveRunner
+from collections.abc import Callable
 
 
 class RealTimeFeed:
-    """Feeds `runner.append` from a queue at real-time pace; event loop only.
+    """Feeds `sink` (e.g. `LiveRunner.append`) from a queue at real-time pace; event loop only.
 
-    `bytes_per_s`: the client's audio bytes per second of sound. An error of `runner.append`
-    (a session limit) stops the feed and is raised by the next `check()`.
+    `bytes_per_s`: the client's audio bytes per second of sound. An error of `sink` (a session
+    limit) stops the feed and is raised by the next `check()`.
     """
 
-    def __init__(self, runner: LiveRunner, bytes_per_s: int, lead_s: float = 0.5) -> None:
-        self.runner = runner
+    def __init__(
+        self, sink: Callable[[bytes], None], bytes_per_s: int, lead_s: float = 0.5
+    ) -> None:
+        self.sink = sink
         self.bytes_per_s = bytes_per_s
         self.lead_s = lead_s
         self._queue: deque[bytes] = deque()
@@ -70,7 +72,7 @@ class RealTimeFeed:
     def _append(self, data: bytes) -> None:
         self._fed += len(data)
         try:
-            self.runner.append(data)
+            self.sink(data)
         except Exception as e:  # LimitExceeded, AudioDecodeError: reported by check()
             self._error = e
             self._queue.clear()

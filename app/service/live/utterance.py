@@ -5,9 +5,10 @@ made on partial audio. The text a voice assistant acts on is better taken from t
 utterance, transcribed as an uploaded file is. That pass starts early:
 
     audio arrives      -> kept (up to `max_s`; longer: no whole pass, the live text stands)
+    ... as spoken      -> (`heard`: the audio at real-time pace, as the live session gets it)
     speaker pauses     -> (`PAUSE_S` of silence after speech, by the utterance's own VAD
-                          stream) a whole pass starts on the audio so far, on the shared
-                          worker pool
+                          stream) a whole pass starts on the audio received so far, on the
+                          shared worker pool
     speaker goes on    -> that pass is dropped
     the client stops   -> if nothing but silence came after the pause (checked by the VAD on
                           that tail), the early pass is the transcript: usually finished
@@ -18,7 +19,10 @@ The pause that starts the pass is shorter than the live session's turn end (its 
 `min_silence_s`, 0.5 s): a client that stops soon after the speech ends (a recording's own
 trailing silence, a voice assistant's end-of-speech detection) finds the pass started
 already. A pause inside the command costs one dropped pass (a queued one costs nothing). The
-detector runs on the event loop as audio arrives: one Silero call per 32 ms chunk (~0.15 ms).
+detector runs on the event loop as audio is heard: one Silero call per 32 ms chunk (~0.15 ms).
+It hears the audio at real-time pace (`RealTimeFeed`), not as it arrives: a recording sent in
+one burst has no pauses in time, and passes started at each of its pauses would be work
+wasted against the one pass the client waits for.
 """
 
 from __future__ import annotations
@@ -88,15 +92,18 @@ class Utterance:
         )
 
     def add(self, data: bytes) -> None:
-        """Whole frames of the client's PCM (checked by the caller)."""
+        """Whole frames of the client's PCM (checked by the caller), as they arrive."""
         if self.recorded is None:
             return
         if len(self.recorded) + len(data) > self.limit:
             self.recorded = None  # too long to hold: the live text will be the transcript
             self._drop_early()
-            return
-        self.recorded += data
-        if self._pauses is None:
+        else:
+            self.recorded += data
+
+    def heard(self, data: bytes) -> None:
+        """The same audio again, at the pace it was spoken: watched for pauses."""
+        if self._pauses is None or self.recorded is None:
             return
         for event in self._pauses.feed(self._pcm.convert(data)):
             if event.kind == "end":
