@@ -166,6 +166,12 @@ class Settings(BaseSettings):
     wyoming_max_clients: int = Field(
         default=4, ge=1, description="Wyoming connections served at the same time."
     )
+    wyoming_zeroconf: str = Field(
+        default="stt-openvino",
+        max_length=63,
+        description="Wyoming: instance name announced by mDNS for Home Assistant's discovery; "
+        "empty = no announcement.",
+    )
 
     _split_lists = field_validator("models", "cors_origins", mode="before")(_split_csv)
     _upper_devices = field_validator("device", "encoder_device", "decoder_device", mode="before")(

@@ -44,6 +44,7 @@ from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncTcpServer
 
 from app.api.deps import Readiness
+from app.api.discovery import WyomingAnnouncement
 from app.api.live.connection import LiveDeps
 from app.config import Settings
 from app.service.jobs import model_language, model_languages
@@ -115,14 +116,25 @@ class WyomingServer:
         self.settings = settings
         self.clients = 0
         self._server = AsyncTcpServer(settings.wyoming_host, settings.wyoming_port or 0)
+        self._announcement = (
+            WyomingAnnouncement(
+                settings.wyoming_zeroconf, settings.wyoming_port or 0, settings.wyoming_host
+            )
+            if settings.wyoming_zeroconf
+            else None
+        )
 
     async def start(self) -> None:
         await self._server.start(self._handler)
         log.info(
             "Wyoming protocol on %s:%s", self.settings.wyoming_host, self.settings.wyoming_port
         )
+        if self._announcement is not None:
+            await self._announcement.start()
 
     async def stop(self) -> None:
+        if self._announcement is not None:
+            await self._announcement.stop()
         await self._server.stop()
 
     def _handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> SttHandler:

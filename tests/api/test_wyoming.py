@@ -49,6 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, int]:
         STT_WYOMING_MAX_CLIENTS=str(MAX_CLIENTS),
         STT_STREAM_IDLE_TIMEOUT_S=str(IDLE_S),
         STT_STREAM_MAX_FRAME_KB=str(MAX_FRAME_KB),
+        STT_WYOMING_ZEROCONF="",
     )
     yield live, port
     stop_server(live)
@@ -292,6 +293,43 @@ def test_clients_over_the_limit_are_turned_away(server) -> None:
         return received
 
     assert errors(asyncio.run(go())) == ["busy"]
+
+
+def test_home_assistant_discovers_the_server_by_mdns(tmp_path: Path) -> None:
+    """A server coming up announces the `_wyoming._tcp.local.` record Home Assistant browses
+    for (the listener is up first, as Home Assistant's is), naming its address and port."""
+    from zeroconf import IPVersion, ServiceStateChange
+    from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
+
+    port = free_port()
+    name = f"stt-test-{port}._wyoming._tcp.local."
+
+    async def discover() -> AsyncServiceInfo:
+        zc = AsyncZeroconf(ip_version=IPVersion.V4Only)
+        seen = asyncio.Event()
+
+        def on_change(zeroconf, service_type, name: str, state_change) -> None:
+            if name.startswith(f"stt-test-{port}") and state_change is ServiceStateChange.Added:
+                seen.set()
+
+        browser = AsyncServiceBrowser(zc.zeroconf, "_wyoming._tcp.local.", handlers=[on_change])
+        live = await asyncio.to_thread(
+            start_server, tmp_path, "mdns", STT_WYOMING_PORT=str(port),
+            STT_WYOMING_HOST="127.0.0.1", STT_WYOMING_ZEROCONF=f"stt-test-{port}",
+        )  # fmt: skip
+        try:
+            await asyncio.wait_for(seen.wait(), 30)
+            info = AsyncServiceInfo("_wyoming._tcp.local.", name)
+            assert await info.async_request(zc.zeroconf, 5000)
+            return info
+        finally:
+            await browser.async_cancel()
+            await zc.async_close()
+            await asyncio.to_thread(stop_server, live)
+
+    info = asyncio.run(discover())
+    assert info.port == port
+    assert info.parsed_addresses() == ["127.0.0.1"]
 
 
 def test_server_without_the_setting_has_no_wyoming_port(tmp_path: Path) -> None:
