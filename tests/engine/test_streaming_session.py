@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
+from app.engine.decoding import DecodingResult
 from app.engine.vad import SileroVad, VadOptions
 from app.service.live import (
     CommittedText,
@@ -118,13 +119,14 @@ def test_step_option_sets_the_pass_rate(tiny_tr: Transcriber, vad: SileroVad) ->
     assert counts[2.0] < counts[1.0]
 
 
-def _fake_pass(session: StreamingSession, segment_end: float) -> Pass:
-    """A pass over the buffered audio whose one closed segment ends at `segment_end` (s)."""
+def _fake_pass(session: StreamingSession, segment_end: float, *, closed: bool = True) -> Pass:
+    """A pass over the buffered audio whose one segment ends at `segment_end` (s)."""
     tok = session.tokenizer
     text = tok.encode(" we are on zoom")
-    seg = PassSegment(0.0, segment_end, tuple(text), True)
+    seg = PassSegment(0.0, segment_end, tuple(text), closed)
     words = session.passes._words([seg], session._buf.start / 16000, None)
-    return Pass(words, [seg], session._buf.start, session._buf.end, None)
+    result = DecodingResult(tuple(text), " we are on zoom", -0.1, -0.5, 0.0, 0.0, 1.0, "en")
+    return Pass(words, [seg], session._buf.start, session._buf.end, result)
 
 
 def test_a_pass_that_stops_early_cuts_the_buffer(tiny_tr: Transcriber) -> None:
@@ -158,6 +160,31 @@ def test_a_pass_that_stops_early_cuts_the_buffer(tiny_tr: Transcriber) -> None:
             assert [(s.tokens, s.closed) for s in forced] == [(growing.segments[0].tokens, False)]
             tokens, n_words = session.context.prefix_tokens()
             assert n_words == 4 and tokens[0] == session.tokenizer.timestamp_begin  # no end
+
+
+def test_text_that_stops_long_before_the_audio_is_committed_and_the_rest_kept(
+    tiny_tr: Transcriber, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass whose text ends 1.5 s or more before its audio, in a segment the decoder did not
+    close (after a long forced prefix Whisper does that pass after pass; AlignAtt would wait for
+    a word after the last one forever): its words are committed and the buffer is cut after
+    them, so the next pass decodes the speech after — instead of the buffer, once full, being
+    dropped with it (the 60 s clip lost 17 words so: tiny.en, live at real-time pace)."""
+    committed: list[str] = []
+
+    def on_event(event: StreamEvent) -> None:
+        if isinstance(event, CommittedText):
+            committed.append(event.text)
+
+    options = StreamingOptions(language="en", vad=None, policy="alignatt")
+    session = StreamingSession(tiny_tr, options, None, on_event)
+    session.append(np.zeros(16000 * 8, np.float32))
+    assert session.advance()
+    stalled = _fake_pass(session, segment_end=5.0, closed=False)
+    monkeypatch.setattr(session.passes, "run", lambda *_a, **_k: stalled)
+    session.decode()
+    assert normalise("".join(committed)) == "we are on zoom"
+    assert (session._buf.start, session._buf.end) == (5 * 16000, 8 * 16000)
 
 
 def commit_lags(transcriber: Transcriber, vad: SileroVad, policy: str) -> tuple[list[float], str]:

@@ -46,7 +46,7 @@ import numpy as np
 from app.engine.vad import SileroVad, VadStream
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.live.admission import AudioBuffer, Inbox
-from app.service.live.context import BufferContext
+from app.service.live.context import STALL_S, BufferContext
 from app.service.live.events import (
     BufferCleared,
     Finalized,
@@ -331,6 +331,14 @@ class StreamingSession:
         hyp = decoded.words
         k = self.context.new_words_at(hyp)
         new = hyp[k:]
+        if new and decoded.end / SAMPLE_RATE - new[-1].end >= STALL_S:
+            # the decoder ended its text long before the audio's end, and would again (Whisper
+            # does that after a long forced prefix): its words are whole, the rest is new
+            log.debug("the text stops %.1f s before the audio's end: committed, cut there",
+                      decoded.end / SAMPLE_RATE - new[-1].end)  # fmt: skip
+            self._commit_and_cut(new, decoded.end)
+            self.transcript.partial("")
+            return
         agreed = self.policy.commit_count(new, self._previous, decoded.end / SAMPLE_RATE)
         if forced:
             # commit through the last closed segment that is not the pass's last segment
@@ -345,16 +353,24 @@ class StreamingSession:
         if self.context.settle(decoded, k + agreed, forced=forced).cut:
             self._last_pass = None
         if forced and self._buf.length > round(self.options.max_buffer_s * SAMPLE_RATE):
-            # no segment boundary to cut at: commit the whole pass and start afresh
+            # no segment boundary to cut at: commit the whole pass and start afresh after it
             log.info("buffer of %.1f s has no committed segment end: committing it",
                      decoded.seconds)  # fmt: skip
-            self.transcript.commit(self._previous)
-            self._previous = []
-            self.context.forget()
-            self._last_pass = None
-            self.transcript.close_segment()
-            self._buf.drop_before(decoded.end)
+            self._commit_and_cut(self._previous, decoded.end)
         self.transcript.partial(_joined(self._previous))
+
+    def _commit_and_cut(self, words: list[LiveWord], end: int) -> None:
+        """Commit `words` and start afresh: no context, the buffer cut after the last of them
+        (at `end` without words). The audio after them is decoded by the next pass: speech
+        the decoder has not written yet is never dropped with the buffer."""
+        self.transcript.commit(words)
+        self._previous = []
+        self.context.forget()
+        self._last_pass = None
+        self.transcript.close_segment()
+        if words:
+            end = min(end, round(words[-1].end * SAMPLE_RATE))
+        self._buf.drop_before(min(max(end, self._buf.start), self._buf.end))
 
     def _run_pass(self, audio: np.ndarray, cancel: threading.Event | None) -> Pass:
         """Decode the buffer's audio (up to some end); the committed closed segments are forced
