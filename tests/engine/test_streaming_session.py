@@ -186,6 +186,19 @@ def test_text_that_stops_long_before_the_audio_is_committed_and_the_rest_kept(
     assert normalise("".join(committed)) == "we are on zoom"
     assert (session._buf.start, session._buf.end) == (5 * 16000, 8 * 16000)
 
+    # the same when every word is committed already (LocalAgreement agreed on all of them):
+    # nothing new to commit, and the speech after them is still decoded afresh
+    options = StreamingOptions(language="en", vad=None, policy="local_agreement")
+    session = StreamingSession(tiny_tr, options, None, on_event)
+    session.append(np.zeros(16000 * 8, np.float32))
+    assert session.advance()
+    stalled = _fake_pass(session, segment_end=5.0, closed=False)
+    session.context.committed = list(stalled.words)
+    monkeypatch.setattr(session.passes, "run", lambda *_a, **_k: stalled)
+    session.decode()
+    assert (session._buf.start, session._buf.end) == (5 * 16000, 8 * 16000)
+    assert session.context.committed == []
+
 
 def commit_lags(transcriber: Transcriber, vad: SileroVad, policy: str) -> tuple[list[float], str]:
     """(audio received when each word was committed - its end, the text) for jfk."""

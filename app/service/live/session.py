@@ -321,22 +321,20 @@ class StreamingSession:
         forced = decoded.seconds > self.options.max_buffer_s
         if not decoded.usable:
             if forced:  # a full buffer that gives no words: settle what there is, move on
-                self.transcript.commit(self._previous)
-                self._previous = []
-                self.transcript.close_segment()
-                self._buf.drop_before(decoded.end)
-                self.context.forget()
+                self._commit_and_cut(self._previous, decoded.end)
             self.transcript.partial(_joined(self._previous))
             return
         hyp = decoded.words
         k = self.context.new_words_at(hyp)
         new = hyp[k:]
-        if new and decoded.end / SAMPLE_RATE - new[-1].end >= STALL_S:
+        # where the pass's text ends: audio after it is not written yet, and is never cut away
+        text_end = round(hyp[-1].end * SAMPLE_RATE) if hyp else decoded.end
+        if decoded.end - text_end >= round(STALL_S * SAMPLE_RATE):
             # the decoder ended its text long before the audio's end, and would again (Whisper
             # does that after a long forced prefix): its words are whole, the rest is new
             log.debug("the text stops %.1f s before the audio's end: committed, cut there",
-                      decoded.end / SAMPLE_RATE - new[-1].end)  # fmt: skip
-            self._commit_and_cut(new, decoded.end)
+                      (decoded.end - text_end) / SAMPLE_RATE)  # fmt: skip
+            self._commit_and_cut(new, text_end)
             self.transcript.partial("")
             return
         agreed = self.policy.commit_count(new, self._previous, decoded.end / SAMPLE_RATE)
@@ -356,21 +354,18 @@ class StreamingSession:
             # no segment boundary to cut at: commit the whole pass and start afresh after it
             log.info("buffer of %.1f s has no committed segment end: committing it",
                      decoded.seconds)  # fmt: skip
-            self._commit_and_cut(self._previous, decoded.end)
+            self._commit_and_cut(self._previous, text_end)
         self.transcript.partial(_joined(self._previous))
 
-    def _commit_and_cut(self, words: list[LiveWord], end: int) -> None:
-        """Commit `words` and start afresh: no context, the buffer cut after the last of them
-        (at `end` without words). The audio after them is decoded by the next pass: speech
-        the decoder has not written yet is never dropped with the buffer."""
+    def _commit_and_cut(self, words: list[LiveWord], cut: int) -> None:
+        """Commit `words` and start afresh at absolute sample `cut`: no context, the audio
+        before it dropped; the next pass decodes what follows."""
         self.transcript.commit(words)
         self._previous = []
         self.context.forget()
         self._last_pass = None
         self.transcript.close_segment()
-        if words:
-            end = min(end, round(words[-1].end * SAMPLE_RATE))
-        self._buf.drop_before(min(max(end, self._buf.start), self._buf.end))
+        self._buf.drop_before(min(max(cut, self._buf.start), self._buf.end))
 
     def _run_pass(self, audio: np.ndarray, cancel: threading.Event | None) -> Pass:
         """Decode the buffer's audio (up to some end); the committed closed segments are forced
