@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -232,13 +233,15 @@ class SileroVad:
 
 @dataclass(frozen=True)
 class VadEvent:
-    """Speech began (`kind="start"`) or ended (`"end"`) at `sample` (absolute, 16 kHz).
+    """Speech began (`kind="start"`), paused (`"pause"`) or ended (`"end"`) at `sample`
+    (absolute, 16 kHz).
 
-    An end is reported `min_silence_s` after the last speech chunk; its `sample` is where the
-    silence began (not padded).
+    An end is reported `min_silence_s` after the last speech chunk, a pause `pause_s` after it
+    (when the stream watches for pauses; once per silence, before its end); the `sample` of
+    both is where the silence began (not padded).
     """
 
-    kind: str  # "start" | "end"
+    kind: Literal["start", "pause", "end"]
     sample: int
 
     @property
@@ -254,21 +257,29 @@ class VadStream:
     chunk >= threshold, and ends once chunks below `neg_threshold` have lasted `min_silence_s`
     (chunks between the two thresholds neither start nor end silence). Speech shorter than
     `min_speech_s` still produces a start and an end: the caller decides what to do with it.
+    With `pause_s` (shorter than `min_silence_s`), a silence inside speech that lasts `pause_s`
+    is reported as a pause first: the words before it are whole, though the speaker may go on.
     Memory is constant (at most one partial chunk is kept).
     """
 
-    def __init__(self, vad: SileroVad, options: VadOptions | None = None) -> None:
+    def __init__(
+        self, vad: SileroVad, options: VadOptions | None = None, pause_s: float | None = None
+    ) -> None:
         self.vad = vad
         self.options = options or VadOptions()
+        if pause_s is not None and pause_s <= 0:
+            raise ValueError(f"pause_s must be > 0, got {pause_s}")
         self.state = VadState()
         self._rest = np.zeros(0, np.float32)
         self.position = 0  # absolute samples consumed into chunks
         self.in_speech = False
         self.speech_start: int | None = None
         self._silence_start: int | None = None
+        self._paused = False  # the current silence was reported as a pause
         self.last_prob = 0.0
         self._lock = threading.Lock()
         self._min_silence = round(self.options.min_silence_s * SAMPLE_RATE)
+        self._pause = None if pause_s is None else round(pause_s * SAMPLE_RATE)
 
     @property
     def pending_samples(self) -> int:
@@ -298,6 +309,7 @@ class VadStream:
         opts = self.options
         if prob >= opts.threshold:
             self._silence_start = None
+            self._paused = False
             if not self.in_speech:
                 self.in_speech = True
                 self.speech_start = chunk_start
@@ -306,12 +318,17 @@ class VadStream:
         if self.in_speech and prob < opts.exit_threshold:
             if self._silence_start is None:
                 self._silence_start = chunk_start
-            if chunk_start + CHUNK_SAMPLES - self._silence_start >= self._min_silence:
+            silence = chunk_start + CHUNK_SAMPLES - self._silence_start
+            if silence >= self._min_silence:
                 end = self._silence_start
                 self.in_speech = False
                 self.speech_start = None
                 self._silence_start = None
+                self._paused = False
                 return VadEvent("end", end)
+            if self._pause is not None and silence >= self._pause and not self._paused:
+                self._paused = True
+                return VadEvent("pause", self._silence_start)
         return None
 
     def silence_since(self) -> int | None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.engine.decoding import DecodingResult
-from app.engine.vad import SileroVad, VadOptions
+from app.engine.vad import SileroVad, VadOptions, spans_from_probs
 from app.service.live import (
     CommittedText,
     Finalized,
@@ -211,7 +211,8 @@ def commit_lags(transcriber: Transcriber, vad: SileroVad, policy: str) -> tuple[
         if isinstance(event, CommittedText):
             lags.append(session.received_s - event.end)
 
-    options = StreamingOptions(language="en", policy=policy)  # type: ignore[arg-type]
+    # no commits at short pauses: they would commit most of jfk's words, whatever the policy
+    options = StreamingOptions(language="en", policy=policy, pause_s=None)  # type: ignore[arg-type]
     session = StreamingSession(transcriber, options, vad, record)
     run_session(session, clip(JFK))
     check_events(events, session.text)
@@ -229,3 +230,73 @@ def test_alignatt_commits_sooner_than_local_agreement(tiny_tr: Transcriber, vad:
         assert sum(a != b for a, b in zip(words, reference, strict=True)) <= 1, text
         median[policy] = float(np.median(lags))
     assert median["alignatt"] < median["local_agreement"] - 0.05, median  # 0.65 vs 0.75 s
+
+
+def _when_committed(
+    transcriber: Transcriber, vad: SileroVad, audio: np.ndarray, word: str, pause_s: float | None
+) -> tuple[float, float, list[StreamEvent], str]:
+    """(audio received when `word` was committed, when the first turn ended, the events, the
+    text)."""
+    events: list[StreamEvent] = []
+    at: list[float] = []
+    turn_end: list[float] = []
+    session: StreamingSession
+
+    def record(event: StreamEvent) -> None:
+        events.append(event)
+        if isinstance(event, CommittedText) and word in event.text:
+            at.append(session.received_s)
+        if isinstance(event, Finalized):
+            turn_end.append(session.received_s)
+
+    options = StreamingOptions(language="en", pause_s=pause_s)
+    session = StreamingSession(transcriber, options, vad, record)
+    run_session(session, audio, chunk=800)
+    assert at, session.text
+    return at[0], turn_end[0], events, session.text
+
+
+def test_a_short_pause_commits_the_words_before_it_and_the_turn_goes_on(
+    tiny_tr: Transcriber, vad: SileroVad
+) -> None:
+    """jfk's first phrase, 0.35 s of silence (a pause, shorter than the turn's 0.5 s), then the
+    rest: with `pause_s` the phrase's last word is committed during the silence, before the
+    speaker goes on; without it, only later. The turn does not end at the pause either way."""
+    audio = clip(JFK)
+    spans = spans_from_probs(
+        vad.probs(audio, follow=True), len(audio), VadOptions(min_silence_s=0.2, speech_pad_s=0)
+    )
+    first, second = spans[0], spans[1]
+    tail = first.end + int(0.15 * 16000)  # the phrase's own fading end, then the pause
+    resume = first.end + int(0.35 * 16000)  # where the speaker goes on in the spliced audio
+    spliced = np.concatenate(
+        [audio[:tail], np.zeros(resume - tail, np.float32), audio[second.start :]]
+    )
+    committed_at = {}
+    for pause_s in (0.2, None):
+        at, turn_end, events, text = _when_committed(tiny_tr, vad, spliced, "American", pause_s)
+        check_events(events, text)
+        assert normalise(text).startswith("and so my fellow americans"), text
+        assert turn_end > resume / 16000 + 1.0  # at a later, longer pause
+        committed_at[pause_s] = at
+    assert committed_at[0.2] <= resume / 16000, committed_at
+    assert committed_at[None] > resume / 16000 + 0.3, committed_at
+
+
+def test_a_turn_that_ends_while_a_pause_commit_waits_still_ends(
+    tiny_tr: Transcriber, vad: SileroVad
+) -> None:
+    """With a turn end of 0.3 s, the pause (0.2 s) and the end can fall in one admitted slice:
+    the end takes the pending pause commit over, and every turn still ends (`Finalized`)."""
+    turns = {}
+    for pause_s in (0.2, None):
+        events: list[StreamEvent] = []
+        options = StreamingOptions(
+            language="en", vad=VadOptions(min_silence_s=0.3), pause_s=pause_s
+        )
+        session = StreamingSession(tiny_tr, options, vad, events.append)
+        run_session(session, clip(JFK), chunk=16000)
+        check_events(events, session.text)
+        turns[pause_s] = [e for e in events if isinstance(e, Finalized)]
+    assert len(turns[0.2]) >= 4
+    assert turns[0.2] == turns[None]

@@ -10,6 +10,7 @@ import pytest
 from app.engine.vad import (
     CHUNK_SAMPLES,
     SileroVad,
+    VadEvent,
     VadModelError,
     VadOptions,
     VadStream,
@@ -117,6 +118,26 @@ def test_stream_matches_whole_clip_for_any_chunking(vad: SileroVad) -> None:
     assert starts == [s.start for s in spans]
     assert ends == [s.end for s in spans[:-1]]  # the last phrase runs to the end of the clip
     assert stream.in_speech
+
+
+def test_stream_reports_each_pause_once_before_the_end(vad: SileroVad) -> None:
+    """With pause_s, every silence of pause_s inside speech is a pause at its start (the ends a
+    stream with min_silence_s = pause_s would give), once, and a turn's end comes after one."""
+    audio = clip(JFK)
+    probs = vad.probs(audio, follow=True)
+    stream = VadStream(vad, VadOptions(min_silence_s=0.5), pause_s=0.2)
+    events = []
+    for pos in range(0, len(audio), 1000):
+        events += stream.feed(audio[pos : pos + 1000])
+    pauses = [e.sample for e in events if e.kind == "pause"]
+    spans = spans_from_probs(probs, len(audio), VadOptions(min_silence_s=0.2, speech_pad_s=0))
+    assert len(spans) > 3
+    assert pauses == [s.end for s in spans if s.end < len(audio) - CHUNK_SAMPLES]
+    for i, event in enumerate(events):
+        if event.kind == "end":
+            assert events[i - 1] == VadEvent("pause", event.sample)
+    with pytest.raises(ValueError):
+        VadStream(vad, pause_s=0)
 
 
 def test_collect_speech_and_restore_times(vad: SileroVad) -> None:

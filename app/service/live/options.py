@@ -26,8 +26,11 @@ class StreamingOptions:
         (two passes agree on it) or "alignatt" (the alignment heads looked at audio at least
         `edge_s` before the buffer's end while it was read).
     vad: speech detection options; None = no VAD (every step decodes, nothing finalizes at
-        pauses). preroll_s: audio kept before detected speech. context_gap_s: finalized audio
-        is kept as context for the next words until a silence this long.
+        pauses). pause_s: a silence this long inside speech (shorter than the VAD's
+        `min_silence_s`, which ends the turn) commits every word before it; None = the words
+        wait for the policy or the turn's end. preroll_s: audio kept before detected speech.
+        context_gap_s: finalized audio is kept as context for the next words until a silence
+        this long.
     prompt: text that conditions every pass (names, spelling). condition_on_committed: also
         prompt with the last committed text (off: it feeds repetition loops).
     word_timestamps: measure word times (an aligner call per pass) instead of estimating them;
@@ -42,6 +45,7 @@ class StreamingOptions:
     policy: PolicyName = "alignatt"
     edge_s: float = 0.7
     vad: VadOptions | None = field(default_factory=VadOptions)
+    pause_s: float | None = 0.2
     preroll_s: float = 0.3
     context_gap_s: float = 3.0
     prompt: str | None = None
@@ -59,6 +63,8 @@ class StreamingOptions:
                 f"need 0 < trim_s <= max_buffer_s <= {WINDOW_S - 2:g} s, got "
                 f"{self.trim_s} and {self.max_buffer_s}"
             )
+        if self.pause_s is not None and not 0.05 <= self.pause_s <= 10.0:
+            raise ValueError(f"pause_s must be in [0.05, 10] seconds, got {self.pause_s}")
         if not 0 <= self.preroll_s <= 2.0:
             raise ValueError(f"preroll_s must be in [0, 2], got {self.preroll_s}")
         if self.task not in ("transcribe", "translate"):

@@ -22,7 +22,9 @@ How:
   has ended and `VadOptions.min_silence_s` of silence followed, the utterance is finalized:
   decoded once more if the last pass did not cover it, every remaining word committed. Its audio
   stays as context for the next utterance unless the silence lasts `context_gap_s`; then only
-  `preroll_s` of audio is kept.
+  `preroll_s` of audio is kept. A shorter silence (`pause_s`) commits the same way without
+  ending the turn: the words before a pause are whole, and need not wait for the turn's end
+  (nor the policy, which never commits a pass's last word).
 - Audio that arrives faster than it is decoded waits in the inbox and the next pass covers all
   of it (coalescing); the buffer never exceeds one 30 s window (a pass on a buffer longer than
   `max_buffer_s` commits up to its last closed segment whatever the policy says).
@@ -40,6 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -65,6 +68,7 @@ from app.service.transcriber import Transcriber
 
 log = logging.getLogger(__name__)
 
+FinalReason = Literal["pause", "flush"] | None  # why a finalization ends a turn; None: it does not
 ADMIT_SLICE = SAMPLE_RATE // 4  # audio is admitted (VAD + buffer) 0.25 s at a time
 FINAL_PASSES = 3  # most passes one finalization may take
 
@@ -88,7 +92,7 @@ class StreamingSession:
         self.policy = make_policy(options.policy, options.edge_s)
         self.passes = PassRunner(transcriber, options)
         self._vad_model = vad if options.vad is not None else None
-        self._vad = VadStream(vad, options.vad) if self._vad_model is not None else None
+        self._vad = self._new_vad()
         self._prompt = (
             tuple(self.tokenizer.encode(" " + options.prompt.strip())) if options.prompt else ()
         )
@@ -101,7 +105,7 @@ class StreamingSession:
         self._utterance_start = 0  # absolute sample where the open utterance's speech began
         self._speech_end = 0  # absolute sample where the last utterance's speech ended
         self._final_until: int | None = None  # finalize the buffer up to this sample
-        self._final_reason: str = "pause"
+        self._final_reason: FinalReason = "pause"  # None: a pause, the turn goes on
         self._decoded_until = 0  # end (absolute sample) of the audio the last pass covered
         self._previous: list[LiveWord] = []  # uncommitted words of the last pass
         self._last_pass: Pass | None = None  # the last pass, while the buffer is unchanged
@@ -183,6 +187,7 @@ class StreamingSession:
         vad = self.options.vad
         assert vad is not None
         preroll = round(self.options.preroll_s * SAMPLE_RATE)
+        pad = round(vad.speech_pad_s * SAMPLE_RATE)
         for event in self._vad.feed(piece):
             if event.kind == "start" and not self._open:
                 self._open = True
@@ -198,7 +203,6 @@ class StreamingSession:
                 self._speech_end = event.sample
                 self.on_event(SpeechStopped(round(event.sample / SAMPLE_RATE, 3)))
                 speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
-                pad = round(vad.speech_pad_s * SAMPLE_RATE)
                 if speech_s < vad.min_speech_s and not self._previous:
                     log.debug("ignored %.2f s of speech (shorter than min_speech_s)", speech_s)
                     self.on_event(Finalized("pause"))
@@ -206,6 +210,10 @@ class StreamingSession:
                     min(event.sample + pad, self._buf.end), "pause", speech=True
                 ):
                     self.on_event(Finalized("pause"))
+            elif event.kind == "pause" and self._open:
+                speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
+                if speech_s >= vad.min_speech_s or self._previous:
+                    self._request_final(min(event.sample + pad, self._buf.end), None, speech=True)
         if not self._open and self._final_until is None:
             gap = self._buf.end - max(self._speech_end, self._buf.start)
             if self._nothing_to_keep() or gap > round(self.options.context_gap_s * SAMPLE_RATE):
@@ -225,7 +233,7 @@ class StreamingSession:
         self._previous, self._last_pass, self._final_until = [], None, None
         self._decoded_until = sample
         if self._vad_model is not None:
-            self._vad = VadStream(self._vad_model, self.options.vad)
+            self._vad = self._new_vad()
             self._vad.position = sample
             self._open = False
         self.transcript.close_segment()
@@ -233,17 +241,26 @@ class StreamingSession:
         for _ in range(clears):
             self.on_event(BufferCleared())
 
+    def _new_vad(self) -> VadStream | None:
+        if self._vad_model is None:
+            return None
+        return VadStream(self._vad_model, self.options.vad, pause_s=self.options.pause_s)
+
     def _nothing_to_keep(self) -> bool:
         """The buffer holds no words (committed context or pending) worth keeping."""
         return not self.context.committed and not self._previous and self._final_until is None
 
-    def _request_final(self, until: int, reason: str, *, speech: bool) -> bool:
+    def _request_final(self, until: int, reason: FinalReason, *, speech: bool) -> bool:
         """Finalize the buffer up to `until` at the next pass (if it may hold words); False
-        when there is nothing to finalize."""
+        when there is nothing to finalize. A turn's end (`reason`) that comes before a pause's
+        commit (None) was done takes it over."""
         if self._final_until is not None:
+            if reason is not None and self._final_reason is None:
+                self._final_until = max(self._final_until, until)
+                self._final_reason = reason
             return True
         if (speech and until > self._buf.start) or self._previous:
-            log.debug("finalize (%s) at %.2f s", reason, until / SAMPLE_RATE)
+            log.debug("finalize (%s) at %.2f s", reason or "short pause", until / SAMPLE_RATE)
             self._final_until = max(until, self._buf.start)
             self._final_reason = reason
             return True
@@ -312,7 +329,8 @@ class StreamingSession:
         self._final_until = None
         self.transcript.close_segment()
         self.transcript.partial("")
-        self.on_event(Finalized(self._final_reason))  # type: ignore[arg-type]
+        if self._final_reason is not None:
+            self.on_event(Finalized(self._final_reason))
 
     def _step(self, cancel: threading.Event | None) -> None:
         decoded = self._run_pass(self._buf.view(), cancel)
