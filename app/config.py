@@ -141,6 +141,14 @@ class Settings(BaseSettings):
         description="Live streams, alignatt: a word is committed once the decoder attended to "
         "audio at least this far (s) before the end of the buffer while reading it.",
     )
+    stream_pause_s: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=10.0,
+        description="Live streams: a silence this long (s) inside speech commits the words "
+        "before it without ending the turn (0 = off: they wait for the commit policy or the "
+        "turn's end).",
+    )
     stream_max_session_s: float = Field(
         default=3600.0, gt=0, description="Live streams: longest session (s of audio)."
     )

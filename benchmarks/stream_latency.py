@@ -1,11 +1,12 @@
 """Latency of live transcription over the OpenAI Realtime protocol (`/v1/realtime`), at
 real-time pace, with the commit policies side by side and several streams at once.
 
-For each model one real uvicorn server is started per policy (`STT_STREAM_POLICY`); each run
+For each model one real uvicorn server is started per policy (`STT_STREAM_POLICY`), or per
+`--variant` (a label and server settings: policies are variants too); each run
 sends a clip as 24 kHz `audio/pcm` in 100 ms `input_audio_buffer.append` events, each once its
 audio has "happened" (frame i leaves at t0 + (i + 1) * 0.1 s), as a microphone would deliver it,
 with the server's default turn detection (server VAD); after the audio, one
-`input_audio_buffer.commit`. Runs alternate between the policies (same clip, same repeat), so
+`input_audio_buffer.commit`. Runs alternate between the variants (same clip, same repeat), so
 load from other processes hits both alike. `--streams N` runs N sessions of the clip at once
 (started 0.37 s apart), all measured. Measured per run:
 
@@ -112,8 +113,22 @@ def _dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return arr[:, 0], arr[:, 1]
 
 
+def _alignment_groups(segments: list[dict], longest_s: float = 28.0) -> list[tuple[float, list]]:
+    """(where the audio to align starts, s; the text tokens) for runs of consecutive segments
+    that span at most `longest_s` of the clip. Not by the segments' `seek`: with the server's
+    VAD a window's speech spans more than 30 s of the clip once its silences are cut out."""
+    groups: list[tuple[float, list]] = []
+    first = 0.0
+    for seg in segments:
+        if not groups or seg["end"] - first > longest_s:
+            first = seg["start"]
+            groups.append((max(first - 0.2, 0.0), []))
+        groups[-1][1].extend(seg["tokens"])
+    return groups
+
+
 def reference_words(model_name: str, audio: np.ndarray, segments: list[dict]) -> list[RefWord]:
-    """Word times of the REST segments by forced alignment (per 30 s window, as whisper)."""
+    """Word times of the REST segments by forced alignment (<= 28 s of audio at a time)."""
     import torch
     from scipy.ndimage import median_filter
 
@@ -127,14 +142,12 @@ def reference_words(model_name: str, audio: np.ndarray, segments: list[dict]) ->
     model = reference_for(folder)
     heads = [tuple(h) for h in manifest.alignment_heads]
     sot = list(tok.sot_sequence("en" if tok.multilingual else None, "transcribe"))
-    windows: dict[int, list[int]] = {}
-    for seg in segments:
-        windows.setdefault(seg["seek"], []).extend(t for t in seg["tokens"] if t < tok.eot)
     words: list[RefWord] = []
-    for seek, text_tokens in sorted(windows.items()):
+    for start_s, tokens_of_group in _alignment_groups(segments):
+        text_tokens = [t for t in tokens_of_group if t < tok.eot]
         if not text_tokens:
             continue
-        offset = seek * 160
+        offset = round(start_s * 100) * 160
         chunk = audio[offset : offset + 30 * SR]
         num_frames = min(3000, len(chunk) // 160)
         features = reference_features(chunk)  # [1, 80, 3000]
@@ -301,6 +314,9 @@ def main() -> int:
         default="local_agreement,alignatt",
         help="STT_STREAM_POLICY values, run side by side (default: %(default)s)",
     )
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL:STT_X=V,...",
+                        help="compare servers with these settings instead of --policies, e.g. "
+                        "--variant pause0:STT_STREAM_PAUSE_S=0")  # fmt: skip
     parser.add_argument("--streams", default="1", help="comma list of concurrent streams")
     parser.add_argument("--repeats", type=int, default=2, help="runs per clip (default 2)")
     parser.add_argument("--models-dir", type=Path, default=REPO / "models")
@@ -310,14 +326,19 @@ def main() -> int:
     parser.add_argument("--append", action="store_true", help="add a section to --out")
     args = parser.parse_args()
     extra_env = dict(item.split("=", 1) for item in args.env)
-    policies = args.policies.split(",")
+    variants = {p: {"STT_STREAM_POLICY": p} for p in args.policies.split(",")}
+    if args.variant:
+        variants = {}
+        for spec in args.variant:
+            label, _, settings = spec.partition(":")
+            variants[label] = dict(item.split("=", 1) for item in settings.split(",") if item)
+    policies = list(variants)
     load_before = load1()
 
     rows = []
     for model in args.models.split(","):
         servers = {
-            p: launch_server(model, args.models_dir, {**extra_env, "STT_STREAM_POLICY": p})
-            for p in policies
+            p: launch_server(model, args.models_dir, {**extra_env, **variants[p]}) for p in policies
         }
         try:
             for clip in args.clips.split(","):
@@ -343,7 +364,7 @@ def main() -> int:
                 server.stop()
 
     lines = [
-        "| model | clip | policy | streams | run | first delta | commit latency median / p90 / "
+        "| model | clip | variant | streams | run | first delta | commit latency median / p90 / "
         "max | words matched | done after end | WER vs REST | WER stream / REST | load |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -124,6 +124,7 @@ class LiveDeps:
             step_s=s.stream_step_s,
             policy=s.stream_policy,
             edge_s=s.stream_edge_s,
+            pause_s=s.stream_pause_s or None,
             no_speech_threshold=base.no_speech_threshold,
             kv_cache=base.kv_cache,
             **session,

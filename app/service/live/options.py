@@ -63,8 +63,8 @@ class StreamingOptions:
                 f"need 0 < trim_s <= max_buffer_s <= {WINDOW_S - 2:g} s, got "
                 f"{self.trim_s} and {self.max_buffer_s}"
             )
-        if self.pause_s is not None and not 0.05 <= self.pause_s <= 10.0:
-            raise ValueError(f"pause_s must be in [0.05, 10] seconds, got {self.pause_s}")
+        if self.pause_s is not None and not 0 < self.pause_s <= 10.0:
+            raise ValueError(f"pause_s must be in (0, 10] seconds, got {self.pause_s}")
         if not 0 <= self.preroll_s <= 2.0:
             raise ValueError(f"preroll_s must be in [0, 2], got {self.preroll_s}")
         if self.task not in ("transcribe", "translate"):
