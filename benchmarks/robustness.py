@@ -15,6 +15,7 @@ counts the words of each clip's text (the target is 0).
 
     .venv/bin/python benchmarks/robustness.py                       # tiny.en + base, greedy
     .venv/bin/python benchmarks/robustness.py --nonspeech-beams 1,5 --models tiny.en
+    .venv/bin/python benchmarks/robustness.py --beams 5 --nonspeech-beams "" --systems ours,fw
 
 Writes benchmarks/results/robustness.md, robustness.json (every transcript) and robustness.png.
 """
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[dict], float]:
         try:
             for i, entry in enumerate(entries):
                 beams = args.beams if entry["kind"] == "speech" else args.nonspeech_beams
-                for beam in (int(b) for b in beams.split(",")):
+                for beam in (int(b) for b in beams.split(",") if b):  # "": none
                     for system in common.rotate(systems, i):
                         reply = workers[system.config.key].transcribe(
                             args.corpus / entry["file"], beam, **system.options
