@@ -142,7 +142,7 @@ class Settings(BaseSettings):
         "audio at least this far (s) before the end of the buffer while reading it.",
     )
     stream_pause_s: float = Field(
-        default=0.2,
+        default=0.3,
         ge=0.0,
         le=10.0,
         description="Live streams: a silence this long (s) inside speech commits the words "

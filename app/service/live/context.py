@@ -188,3 +188,11 @@ class BufferContext:
             n += 1
         start = decoded.segments[index].start
         return PassSegment(start, start, tokens[:n], False)
+
+
+def closed_words(decoded: Pass) -> int:
+    """How many of a pass's words lie in its closed segments before its last segment."""
+    closed = [i for i, seg in enumerate(decoded.segments[:-1]) if seg.closed]
+    if not closed:
+        return 0
+    return max((i + 1 for i, w in enumerate(decoded.words) if w.segment <= closed[-1]), default=0)

@@ -45,7 +45,7 @@ class StreamingOptions:
     policy: PolicyName = "alignatt"
     edge_s: float = 0.7
     vad: VadOptions | None = field(default_factory=VadOptions)
-    pause_s: float | None = 0.2
+    pause_s: float | None = 0.3
     preroll_s: float = 0.3
     context_gap_s: float = 3.0
     prompt: str | None = None

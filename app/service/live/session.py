@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -49,7 +49,7 @@ import numpy as np
 from app.engine.vad import SileroVad, VadStream
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.live.admission import AudioBuffer, Inbox
-from app.service.live.context import STALL_S, BufferContext
+from app.service.live.context import STALL_S, BufferContext, closed_words
 from app.service.live.events import (
     BufferCleared,
     Finalized,
@@ -61,7 +61,7 @@ from app.service.live.events import (
 from app.service.live.options import StreamingOptions
 from app.service.live.policy import make_policy
 from app.service.live.transcript import Transcript
-from app.service.live.units import LiveWord, split_units
+from app.service.live.units import LiveWord
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
 from app.service.results import TimeSpent
 from app.service.transcriber import Transcriber
@@ -340,7 +340,7 @@ class StreamingSession:
         if not decoded.usable:
             if forced:  # a full buffer that gives no words: settle what there is, move on
                 self._commit_and_cut(self._previous, decoded.end)
-            self.transcript.partial(_joined(self._previous))
+            self.transcript.partial_words(self._previous)
             return
         hyp = decoded.words
         k = self.context.new_words_at(hyp)
@@ -356,12 +356,8 @@ class StreamingSession:
             self.transcript.partial("")
             return
         agreed = self.policy.commit_count(new, self._previous, decoded.end / SAMPLE_RATE)
-        if forced:
-            # commit through the last closed segment that is not the pass's last segment
-            closed = [i for i, s in enumerate(decoded.segments[:-1]) if s.closed]
-            if closed:
-                upto = max((i + 1 for i, w in enumerate(hyp) if w.segment <= closed[-1]), default=k)
-                agreed = max(agreed, upto - k)
+        if forced:  # a full buffer: its closed segments are committed whatever the policy says
+            agreed = max(agreed, closed_words(decoded) - k)
         self.transcript.commit(new[:agreed])
         self.context.committed = hyp[: k + agreed]
         self._previous = new[agreed:]
@@ -373,7 +369,7 @@ class StreamingSession:
             log.info("buffer of %.1f s has no committed segment end: committing it",
                      decoded.seconds)  # fmt: skip
             self._commit_and_cut(self._previous, text_end)
-        self.transcript.partial(_joined(self._previous))
+        self.transcript.partial_words(self._previous)
 
     def _commit_and_cut(self, words: list[LiveWord], cut: int) -> None:
         """Commit `words` and start afresh at absolute sample `cut`: no context, the audio
@@ -394,31 +390,11 @@ class StreamingSession:
         request = PassRequest(audio, self._buf.start, prompt, prefix)
         started = self._decode.total
         with self._decode:
-            decoded = self.passes.run(request, self._live_partial(skip), cancel)
+            decoded = self.passes.run(
+                request, self.transcript.token_feed(self.tokenizer, skip), cancel
+            )
         log.debug("pass over %.2f s took %.0f ms", decoded.seconds,
                   1e3 * (self._decode.total - started))  # fmt: skip
         self._passes += 1
         self._skipped += decoded.result is None or decoded.result.looped
         return decoded
-
-    def _live_partial(self, skip: int) -> Callable[[int], None]:
-        """on_token for a pass: the text decoded so far, minus `skip` committed words."""
-        tok = self.tokenizer
-        tokens: list[int] = []
-
-        def on_token(token: int) -> None:
-            if token >= tok.eot:
-                return
-            tokens.append(token)
-            text = tok.decode(tokens)
-            if text.endswith("\ufffd"):
-                return
-            units = split_units(text)
-            if len(units) > skip:
-                self.transcript.partial("".join(units[skip:]))
-
-        return on_token
-
-
-def _joined(words: Sequence[LiveWord]) -> str:
-    return "".join(w.text for w in words)

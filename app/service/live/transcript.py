@@ -1,7 +1,8 @@
 """What a live session has told its client: committed text, closed segments, the partial.
 
 Committed text is append-only; each commit becomes a `CommittedText` event, each closed stretch
-a `StreamSegment`, and the unstable tail a `PartialText` (sent only when it changed).
+a `StreamSegment`, and the unstable tail a `PartialText` (sent only when it changed): token by
+token while a pass decodes (`token_feed`), then the pass's words that were not committed.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from app.engine.tokenizer import Tokenizer
 from app.service.live.events import CommittedText, PartialText, StreamEvent, StreamSegment
-from app.service.live.units import LiveWord, is_cjk
+from app.service.live.units import LiveWord, is_cjk, split_units
 
 
 class Transcript:
@@ -68,3 +70,24 @@ class Transcript:
         if text != self._partial:
             self._partial = text
             self.on_event(PartialText(text))
+
+    def partial_words(self, words: Sequence[LiveWord]) -> None:
+        self.partial("".join(w.text for w in words))
+
+    def token_feed(self, tokenizer: Tokenizer, skip: int) -> Callable[[int], None]:
+        """on_token for a pass: the partial is the text decoded so far, minus its first `skip`
+        words (committed already)."""
+        tokens: list[int] = []
+
+        def on_token(token: int) -> None:
+            if token >= tokenizer.eot:
+                return
+            tokens.append(token)
+            text = tokenizer.decode(tokens)
+            if text.endswith("\ufffd"):
+                return
+            units = split_units(text)
+            if len(units) > skip:
+                self.partial("".join(units[skip:]))
+
+        return on_token
