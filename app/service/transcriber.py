@@ -55,7 +55,12 @@ from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.options import TranscriptionOptions
 from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
 from app.service.text_stream import TextStream, WindowStream
-from app.service.windows import encode_window, restore_times, split_by_timestamps
+from app.service.windows import (
+    encode_window,
+    judged_silent,
+    restore_times,
+    split_by_timestamps,
+)
 from app.service.words import WindowAudio, add_words
 
 __all__ = [
@@ -253,22 +258,22 @@ class Transcriber:
                 cross, options, language, prompt, seek, stats, rng, window, cancel
             )
 
-            if options.no_speech_threshold is not None:
-                should_skip = result.no_speech_prob > options.no_speech_threshold
-                if (
-                    options.log_prob_threshold is not None
-                    and result.avg_logprob > options.log_prob_threshold
-                ):
-                    should_skip = False
-                if should_skip:
-                    log.debug(
-                        "window at %.2f s: no speech (p=%.2f, avg logprob %.2f), skipped",
-                        time_offset,
-                        result.no_speech_prob,
-                        result.avg_logprob,
-                    )
-                    seek += segment_size
-                    continue
+            if judged_silent(
+                result.no_speech_prob,
+                result.avg_logprob,
+                tok.decode([t for t in result.tokens if t < tok.eot]),
+                segment_duration,
+                options.no_speech_threshold,
+                options.log_prob_threshold,
+            ):
+                log.debug(
+                    "window at %.2f s: no speech (p=%.2f, avg logprob %.2f), skipped",
+                    time_offset,
+                    result.no_speech_prob,
+                    result.avg_logprob,
+                )
+                seek += segment_size
+                continue
 
             pieces, seek_delta = split_by_timestamps(
                 result.tokens, tok.timestamp_begin, segment_size, segment_duration

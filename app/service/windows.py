@@ -15,6 +15,31 @@ from app.runtime.contract import N_FRAMES, TIME_PRECISION
 from app.service.results import Segment
 
 INPUT_STRIDE = N_FRAMES // 1500  # mel frames per timestamp step (2)
+MAX_CHARS_PER_S = 30.0  # faster than anyone speaks (fast speech: ~20 characters a second)
+
+
+def judged_silent(
+    no_speech_prob: float,
+    avg_logprob: float,
+    text: str,
+    audio_s: float,
+    no_speech_threshold: float | None,
+    log_prob_threshold: float | None,
+) -> bool:
+    """Whether a decoded window held no speech, and its text is to be dropped.
+
+    Whisper's rule: its no-speech probability is above `no_speech_threshold` and the text's
+    average log-prob is below `log_prob_threshold` (a confident text overrides the no-speech
+    token). One more tie-breaker: a text longer than anyone could say in the window's audio
+    (`MAX_CHARS_PER_S`) is not confident speech whatever its log-prob — it is the prompt or
+    earlier text written again over a short stretch of noise (base wrote "The results are pretty
+    good as you can see." over the last 0.28 s of a noisy clip: no-speech 0.92, log-prob -0.82).
+    """
+    if no_speech_threshold is None or no_speech_prob <= no_speech_threshold:
+        return False
+    if len(text.strip()) > MAX_CHARS_PER_S * max(audio_s, 0.0):
+        return True
+    return log_prob_threshold is None or avg_logprob <= log_prob_threshold
 
 
 def encode_window(backend: WhisperBackend, features: np.ndarray) -> list[np.ndarray]:

@@ -5,7 +5,8 @@ log-mel of the audio (1 s of zeros after it gives the frames the file path gets 
 appended 30 s), one encoder call, greedy decoding with timestamps after the forced prefix of
 committed segments, then — when the session needs them — the alignment heads' attention for word
 times and AlignAtt's peaks. A pass judged silent (Whisper's no-speech probability with a low
-average log-prob, and nothing forced) or caught in a repetition loop gives no words.
+average log-prob or a text too long for its audio, and nothing forced:
+`app.service.windows.judged_silent`) or caught in a repetition loop gives no words.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.live.options import StreamingOptions
 from app.service.live.units import LiveWord, PassSegment, split_segments, split_units, word_key
 from app.service.transcriber import Transcriber, TranscriptionCancelled
-from app.service.windows import encode_window
+from app.service.windows import encode_window, judged_silent
 from app.service.words import WindowAudio, window_words
 
 log = logging.getLogger(__name__)
@@ -103,11 +104,13 @@ class PassRunner:
         except DecodingCancelled as e:
             raise TranscriptionCancelled(str(e)) from e
         duration = audio.shape[0] / SAMPLE_RATE
-        silent = (
-            self.options.no_speech_threshold is not None
-            and result.no_speech_prob > self.options.no_speech_threshold
-            and result.avg_logprob < self.options.log_prob_threshold
-            and not prefix
+        silent = not prefix and judged_silent(
+            result.no_speech_prob,
+            result.avg_logprob,
+            tok.decode([t for t in result.tokens if t < tok.eot]),
+            duration,
+            self.options.no_speech_threshold,
+            self.options.log_prob_threshold,
         )
         if silent or result.looped:
             log.debug(
