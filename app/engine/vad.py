@@ -335,6 +335,11 @@ class VadStream:
         """Where the current (not yet long enough) silence inside speech began, if any."""
         return self._silence_start
 
+    def paused_since(self) -> int | None:
+        """Where the current silence began, if it was reported as a pause (nothing but silence
+        was heard since)."""
+        return self._silence_start if self._paused else None
+
 
 # ---- whole clips ----------------------------------------------------------------------------
 

@@ -300,3 +300,28 @@ def test_a_turn_that_ends_while_a_pause_commit_waits_still_ends(
         turns[pause_s] = [e for e in events if isinstance(e, Finalized)]
     assert len(turns[0.2]) >= 4
     assert turns[0.2] == turns[None]
+
+
+def test_a_commit_after_a_pause_decodes_nothing_more(tiny_tr: Transcriber, vad: SileroVad) -> None:
+    """jfk's first phrase and 0.4 s of silence (a pause, not a turn's end), then the client
+    commits: the pause's pass covered every word and only silence followed, so the commit
+    finalizes without another pass."""
+    audio = clip(JFK)
+    spans = spans_from_probs(
+        vad.probs(audio, follow=True), len(audio), VadOptions(min_silence_s=0.2, speech_pad_s=0)
+    )
+    tail = spans[0].end + int(0.15 * 16000)  # the phrase's own fading end, then silence
+    phrase = np.concatenate([audio[:tail], np.zeros(int(0.25 * 16000), np.float32)])
+    events: list[StreamEvent] = []
+    session = StreamingSession(tiny_tr, StreamingOptions(language="en"), vad, events.append)
+    for i in range(0, len(phrase), 800):
+        session.append(phrase[i : i + 800])
+        while session.advance():
+            session.decode()
+    passes = session.stats().passes
+    assert normalise(session.text).startswith("and so my fellow american"), session.text
+    session.flush()
+    while session.advance():
+        session.decode()
+    assert session.stats().passes == passes
+    assert events[-1] == Finalized("flush")

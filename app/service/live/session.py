@@ -23,8 +23,7 @@ How:
   decoded once more if the last pass did not cover it, every remaining word committed. Its audio
   stays as context for the next utterance unless the silence lasts `context_gap_s`; then only
   `preroll_s` of audio is kept. A shorter silence (`pause_s`) commits the same way without
-  ending the turn: the words before a pause are whole, and need not wait for the turn's end
-  (nor the policy, which never commits a pass's last word).
+  ending the turn (the words before it are whole; AlignAtt never commits a pass's last word).
 - Audio that arrives faster than it is decoded waits in the inbox and the next pass covers all
   of it (coalescing); the buffer never exceeds one 30 s window (a pass on a buffer longer than
   `max_buffer_s` commits up to its last closed segment whatever the policy says).
@@ -296,10 +295,12 @@ class StreamingSession:
         buffer is cut after that text and the rest is decoded again (up to `FINAL_PASSES`)."""
         until = self._final_until
         assert until is not None
+        paused = self._vad.paused_since() if self._vad is not None else None
+        quiet = paused is not None and self._decoded_until >= paused  # only silence came after
         for attempt in range(FINAL_PASSES):
             decoded = self._last_pass if attempt == 0 else None
             words = list(self._previous) if attempt == 0 else []
-            stale = attempt > 0 or self._decoded_until < until
+            stale = attempt > 0 or (self._decoded_until < until and not quiet)
             if stale and until - self._buf.start >= SAMPLE_RATE // 10:
                 fresh = self._run_pass(self._buf.view(until), cancel)
                 self._decoded_until = max(self._decoded_until, fresh.end)
