@@ -133,9 +133,18 @@ def base_tr(base, base_tok) -> Transcriber:
     return Transcriber(base, base_tok)
 
 
-@pytest.fixture(scope="session")
-def tiny_vad_tr(tiny, tiny_tok) -> Transcriber:
+def _with_vad(sessions: WhisperSessions, tok: Tokenizer) -> Transcriber:
     path = MODELS_DIR / VAD_FILE
     if not path.is_file():
         pytest.skip(f"{path} is not built: run `make test-models` (make test does it)")
-    return Transcriber(tiny, tiny_tok, vad=SileroVad.load(path))
+    return Transcriber(sessions, tok, vad=SileroVad.load(path))
+
+
+@pytest.fixture(scope="session")
+def tiny_vad_tr(tiny, tiny_tok) -> Transcriber:
+    return _with_vad(tiny, tiny_tok)
+
+
+@pytest.fixture(scope="session")
+def base_vad_tr(base, base_tok) -> Transcriber:
+    return _with_vad(base, base_tok)

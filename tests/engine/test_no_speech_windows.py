@@ -6,11 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engine.vad import VAD_FILE, SileroVad
 from app.service.options import TranscriptionOptions
 from app.service.transcriber import Transcriber
 from app.service.windows import judged_silent
-from tests.conftest import MODELS_DIR
 from tests.engine.conftest import EARNINGS, clip, normalise
 from tests.media import at_snr, coloured
 
@@ -28,14 +26,6 @@ def test_whispers_rule_and_the_speaking_rate() -> None:
     assert not judged_silent(0.92, -0.82, " euros.", 0.28, 0.6, -1.0)  # a word fits in 0.28 s
     assert not judged_silent(0.3, -0.82, " " + REPEAT, 0.28, 0.6, -1.0)  # probably speech
     assert not judged_silent(0.99, -3.0, " " + REPEAT, 0.28, None, -1.0)  # check turned off
-
-
-@pytest.fixture(scope="module")
-def base_vad_tr(base, base_tok) -> Transcriber:
-    path = MODELS_DIR / VAD_FILE
-    if not path.is_file():
-        pytest.skip(f"{path} is not built: run `make test-models` (make test does it)")
-    return Transcriber(base, base_tok, vad=SileroVad.load(path))
 
 
 @pytest.mark.parametrize("seed", [0, 2])
