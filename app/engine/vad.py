@@ -331,10 +331,6 @@ class VadStream:
                 return VadEvent("pause", self._silence_start)
         return None
 
-    def silence_since(self) -> int | None:
-        """Where the current (not yet long enough) silence inside speech began, if any."""
-        return self._silence_start
-
     def paused_since(self) -> int | None:
         """Where the current silence began, if it was reported as a pause (nothing but silence
         was heard since)."""

@@ -261,7 +261,7 @@ class Transcriber:
             if judged_silent(
                 result.no_speech_prob,
                 result.avg_logprob,
-                tok.decode([t for t in result.tokens if t < tok.eot]),
+                tok.decode(result.tokens),
                 segment_duration,
                 options.no_speech_threshold,
                 options.log_prob_threshold,

@@ -107,7 +107,7 @@ class PassRunner:
         silent = not prefix and judged_silent(
             result.no_speech_prob,
             result.avg_logprob,
-            tok.decode([t for t in result.tokens if t < tok.eot]),
+            tok.decode(result.tokens),
             duration,
             self.options.no_speech_threshold,
             self.options.log_prob_threshold,
