@@ -249,6 +249,7 @@ def analyse(runs: list[Run], ref: list[RefWord], rest_text: str, truth: str) -> 
     import jiwer
 
     latencies: list[float] = []
+    detail: list[dict] = []  # per matched word: its reference end and latency
     first_deltas, done_after, wers, texts = [], [], [], []
     matched = words = 0
     for run in runs:
@@ -265,7 +266,10 @@ def analyse(runs: list[Run], ref: list[RefWord], rest_text: str, truth: str) -> 
         for block in matcher.get_matching_blocks():
             for k in range(block.size):
                 _, t = committed[block.a + k]
-                latencies.append(t - (run.t0 + ref[block.b + k].end))
+                word = ref[block.b + k]
+                latencies.append(t - (run.t0 + word.end))
+                detail.append({"word": word.word, "end_s": round(word.end, 2),
+                               "latency_s": round(latencies[-1], 3)})  # fmt: skip
                 matched += 1
         words += len(committed)
         first_word = ref[0].start if ref else 0.0
@@ -287,7 +291,18 @@ def analyse(runs: list[Run], ref: list[RefWord], rest_text: str, truth: str) -> 
         "wer": wer([truth] * len(texts), texts)[0],  # against the clip's reference text, %
         "rest_wer": wer([truth], [rest_text])[0],
         "load": load1(),
+        "words": detail,
+        "texts": texts,
     }
+
+
+def report(row: dict, words: bool) -> None:
+    """Print a run's figures (and, with `words`, its text and each word's latency)."""
+    print(json.dumps({k: v for k, v in row.items() if k not in ("words", "texts")}), flush=True)
+    if words:
+        print("  text:", *row["texts"], sep="\n  ")
+        for w in row["words"]:
+            print(f"  {w['end_s']:7.2f} {w['latency_s']:6.2f} {w['word']}")
 
 
 def rest_verbose(url: str, path: Path, model: str) -> dict:
@@ -324,6 +339,7 @@ def main() -> int:
                         help="extra server setting, e.g. --env STT_STREAM_STEP_S=0.5")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None, help="write a markdown table here")
     parser.add_argument("--append", action="store_true", help="add a section to --out")
+    parser.add_argument("--words", action="store_true", help="print each word's latency")
     args = parser.parse_args()
     extra_env = dict(item.split("=", 1) for item in args.env)
     variants = {p: {"STT_STREAM_POLICY": p} for p in args.policies.split(",")}
@@ -358,7 +374,7 @@ def main() -> int:
                                    "streams": streams, "run": rep + 1,
                                    **analyse(runs, ref, rest["text"], truth)}  # fmt: skip
                             rows.append(row)
-                            print(json.dumps(row), flush=True)
+                            report(row, args.words)
         finally:
             for server in servers.values():
                 server.stop()

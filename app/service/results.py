@@ -168,10 +168,11 @@ class TranscriptionInfo:
 
 
 class TimeSpent:
-    """The total wall time (seconds) of the `with` bodies it timed."""
+    """The total wall time (seconds) of the `with` bodies it timed, and the last one's."""
 
     def __init__(self) -> None:
         self.total = 0.0
+        self.last = 0.0
         self._started = 0.0
 
     def __enter__(self) -> TimeSpent:
@@ -179,4 +180,5 @@ class TimeSpent:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self.total += time.perf_counter() - self._started
+        self.last = time.perf_counter() - self._started
+        self.total += self.last

@@ -40,6 +40,7 @@ class StreamingOptions:
     language: str | None = None
     task: str = "transcribe"
     step_s: float = 1.0
+    min_step_s: float = 0.5
     trim_s: float = 10.0
     max_buffer_s: float = 20.0
     policy: PolicyName = "alignatt"
@@ -58,6 +59,8 @@ class StreamingOptions:
     def __post_init__(self) -> None:
         if not 0.1 <= self.step_s <= 10.0:
             raise ValueError(f"step_s must be in [0.1, 10] seconds, got {self.step_s}")
+        if not 0.1 <= self.min_step_s <= 10.0:
+            raise ValueError(f"min_step_s must be in [0.1, 10] seconds, got {self.min_step_s}")
         if not 0 < self.trim_s <= self.max_buffer_s <= WINDOW_S - 2:
             raise ValueError(
                 f"need 0 < trim_s <= max_buffer_s <= {WINDOW_S - 2:g} s, got "

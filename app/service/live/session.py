@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 FinalReason = Literal["pause", "flush"] | None  # why a finalization ends a turn; None: it does not
 ADMIT_SLICE = SAMPLE_RATE // 4  # audio is admitted (VAD + buffer) 0.25 s at a time
 FINAL_PASSES = 3  # most passes one finalization may take
+EARLY_PASS_SHARE = 0.5  # an early pass (before step_s) only if passes take <= this of the audio
 
 
 class StreamingSession:
@@ -272,7 +273,18 @@ class StreamingSession:
         if not self._open:
             return False
         new = self._buf.end - max(self._decoded_until, self._buf.start)
-        return new >= round(self.options.step_s * SAMPLE_RATE)
+        if new >= round(self.options.step_s * SAMPLE_RATE):
+            return True
+        # sooner when the policy says the first uncommitted word can be committed now, if
+        # passes that often leave the machine time (a pass takes <= EARLY_PASS_SHARE of the
+        # new audio's duration: a slow model or a loaded server keeps to the step)
+        due = self.policy.due_s(self._previous)
+        early = max(self.options.min_step_s, self._decode.last / EARLY_PASS_SHARE)
+        return (
+            due is not None
+            and new >= round(early * SAMPLE_RATE)
+            and self._buf.end >= round(due * SAMPLE_RATE)
+        )
 
     @property
     def idle(self) -> bool:
@@ -389,13 +401,11 @@ class StreamingSession:
         prompt = self._prompt + self.context.committed_prompt()
         skip = max(len(self.context.committed) - prefix_words, 0)
         request = PassRequest(audio, self._buf.start, prompt, prefix)
-        started = self._decode.total
         with self._decode:
             decoded = self.passes.run(
                 request, self.transcript.token_feed(self.tokenizer, skip), cancel
             )
-        log.debug("pass over %.2f s took %.0f ms", decoded.seconds,
-                  1e3 * (self._decode.total - started))  # fmt: skip
+        log.debug("pass over %.2f s took %.0f ms", decoded.seconds, 1e3 * self._decode.last)
         self._passes += 1
         self._skipped += decoded.result is None or decoded.result.looped
         return decoded
