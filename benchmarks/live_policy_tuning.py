@@ -57,7 +57,9 @@ def stream_once(transcriber, options, vad, audio: np.ndarray) -> tuple[list[floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="tiny.en,base")
-    parser.add_argument("--grid", default=DEFAULT_GRID, help="policy:edge_s:step_s[:min_step_s],...")
+    parser.add_argument(
+        "--grid", default=DEFAULT_GRID, help="policy:edge_s:step_s[:min_step_s],..."
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 

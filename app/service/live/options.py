@@ -19,9 +19,11 @@ class StreamingOptions:
 
     language: fixed for the session; None = English for English-only models, detected on the
         first pass (then fixed) for multilingual ones.
-    step_s: new audio between two passes. trim_s: the buffer is cut at a committed segment end
-        once longer than this. max_buffer_s: beyond it a pass commits up to its last closed
-        segment without waiting for the policy (the buffer never exceeds one 30 s window).
+    step_s: new audio between two passes; min_step_s: sooner, once the commit policy says the
+        first uncommitted word can be committed (`app.service.live.schedule`). trim_s: the
+        buffer is cut at a committed segment end once longer than this. max_buffer_s: beyond
+        it a pass commits up to its last closed segment without waiting for the policy (the
+        buffer never exceeds one 30 s window).
     policy: when a decoded word is committed (`app.service.live.policy`): "local_agreement"
         (two passes agree on it) or "alignatt" (the alignment heads looked at audio at least
         `edge_s` before the buffer's end while it was read).

@@ -10,7 +10,8 @@ How:
 
     append() -> inbox -> advance(): VAD per 32 ms chunk, admit audio into the buffer
                               buffer = contiguous audio not yet cut away (<= one 30 s window)
-    decode(): every `step_s` of new speech: one pass over the whole buffer (`window_pass`);
+    decode(): every `step_s` of new speech, or sooner when the policy says a word can be
+              committed (`schedule`): one pass over the whole buffer (`window_pass`);
               the commit policy (`policy`: LocalAgreement-2 or AlignAtt) says how many of the
               words after the committed ones become final.
 
@@ -59,6 +60,7 @@ from app.service.live.events import (
 )
 from app.service.live.options import StreamingOptions
 from app.service.live.policy import make_policy
+from app.service.live.schedule import PassSchedule
 from app.service.live.transcript import Transcript
 from app.service.live.units import LiveWord
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
@@ -70,7 +72,6 @@ log = logging.getLogger(__name__)
 FinalReason = Literal["pause", "flush"] | None  # why a finalization ends a turn; None: it does not
 ADMIT_SLICE = SAMPLE_RATE // 4  # audio is admitted (VAD + buffer) 0.25 s at a time
 FINAL_PASSES = 3  # most passes one finalization may take
-EARLY_PASS_SHARE = 0.5  # an early pass (before step_s) only if passes take <= this of the audio
 
 
 class StreamingSession:
@@ -90,6 +91,7 @@ class StreamingSession:
         self.options = options
         self.on_event = on_event or (lambda _e: None)
         self.policy = make_policy(options.policy, options.edge_s)
+        self.schedule = PassSchedule(options.step_s, min(options.min_step_s, options.step_s))
         self.passes = PassRunner(transcriber, options)
         self._vad_model = vad if options.vad is not None else None
         self._vad = self._new_vad()
@@ -267,23 +269,17 @@ class StreamingSession:
         return False
 
     def decode_due(self) -> bool:
-        """A pass has work: a finalization, or `step_s` of new audio in an open utterance."""
+        """A pass has work: a finalization, or new audio in an open utterance (`schedule`)."""
         if self._final_until is not None:
             return True
         if not self._open:
             return False
         new = self._buf.end - max(self._decoded_until, self._buf.start)
-        if new >= round(self.options.step_s * SAMPLE_RATE):
-            return True
-        # sooner when the policy says the first uncommitted word can be committed now, if
-        # passes that often leave the machine time (a pass takes <= EARLY_PASS_SHARE of the
-        # new audio's duration: a slow model or a loaded server keeps to the step)
-        due = self.policy.due_s(self._previous)
-        early = max(self.options.min_step_s, self._decode.last / EARLY_PASS_SHARE)
-        return (
-            due is not None
-            and new >= round(early * SAMPLE_RATE)
-            and self._buf.end >= round(due * SAMPLE_RATE)
+        return self.schedule.due(
+            new / SAMPLE_RATE,
+            self._buf.end / SAMPLE_RATE,
+            self.policy.due_s(self._previous),
+            self._decode.last,
         )
 
     @property
