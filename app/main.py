@@ -35,7 +35,7 @@ from app.api.wyoming import WyomingServer
 from app.config import Settings
 from app.runtime.memory import tune_malloc
 from app.runtime.sessions import RuntimeOptions
-from app.service.batching import BatchingOptions
+from app.service.batch_records import BatchingOptions
 from app.service.pool import WorkerPool
 from app.service.registry import ModelLoadError, ModelRegistry
 from app.service.transcriber import TranscriptionOptions

@@ -80,7 +80,7 @@ def parse_args() -> argparse.Namespace:
 # ---- rows: decoder tokens/s against rows per call -----------------------------------------------
 def rows_part(model: str, args: argparse.Namespace) -> list[dict]:
     from app.runtime.sessions import RuntimeOptions, WhisperSessions
-    from app.service.batching import CrossSlab
+    from app.service.cross_slab import CrossSlab
 
     sessions = WhisperSessions.load(
         args.models_dir / model, RuntimeOptions(threads=args.threads, inference_precision="auto")

@@ -24,7 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import require_api_key
 from app.api.deps import get_metrics
-from app.service.batching import BatchingSessions, StepRecord
+from app.service.batch_records import StepRecord
+from app.service.batching import BatchingSessions
 from app.service.pool import WorkerPool
 from app.service.registry import TranscriptionResult
 

@@ -31,9 +31,9 @@ gets views of its slot (`CrossKV`, released when the caller drops it). Single-ro
 by slot, so a group's cross K/V are one contiguous slice of the slab; a slot in the middle whose
 caller is away this step becomes a dummy row (masked, output dropped) rather than a copy, and
 live windows are moved down into freed slots between steps; a freed slot's memory pages go back
-to the system. Other
-calls (beams: several rows on one window; windows from outside) are stacked by copy, and the copy
-is kept while the group's members stay the same.
+to the system (`cross_slab.py`). Other calls (beams: several rows on one window; windows from
+outside) are stacked by copy, and the copy is kept while the group's members stay the same.
+Packing and the queued calls: `batch_pack.py`; options and records: `batch_records.py`.
 
 Sequences join and leave between steps; no caller waits for another to finish. Results equal
 unbatched decoding up to float rounding: padded positions are masked out of attention.
@@ -42,17 +42,31 @@ unbatched decoding up to float rounding: padded positions are masked out of atte
 from __future__ import annotations
 
 import logging
-import mmap
 import threading
 import time
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from app.service.batch_pack import (
+    DecodeCall,
+    DecoderInputs,
+    EncodeCall,
+    InputScratch,
+    Layout,
+    pack_by_slot,
+    pack_groups,
+    padding,
+)
+from app.service.batch_records import (
+    BatchingOptions,
+    BatchingStats,
+    SchedulerClosedError,
+    StepRecord,
+)
 from app.service.core_turns import CoreTurns, FreeCores
+from app.service.cross_slab import CrossKV, CrossSlab
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -66,302 +80,9 @@ log = logging.getLogger(__name__)
 IDLE_RELEASE_S = 1.0  # a decoder lane idle this long drops its kept arrays
 
 
-class SchedulerClosedError(RuntimeError):
-    """The batching scheduler was closed (the server is shutting down)."""
-
-
-@dataclass(frozen=True)
-class BatchingOptions:
-    """max_rows: decoder rows per call (sequences; a beam-5 decode is 5 rows).
-    max_padding: largest share of a group's past K/V slots that may be padding, in [0, 1).
-    wait_ms: how long a step waits for the previous step's callers to come back.
-    max_encode: 30 s windows per encoder call.
-    lanes: decoder calls in flight at once. With 2, one cohort of sequences runs its Python part
-        of a step (logit filters, search) while another cohort's decoder call runs.
-    encoder_share: when the encoder and the decoder run on the same CPU they take turns
-        (`CoreTurns`); the largest share of time, in (0, 1], that encoder calls take while
-        decodes run."""
-
-    max_rows: int = 8
-    max_padding: float = 0.6
-    wait_ms: float = 5.0
-    max_encode: int = 2
-    lanes: int = 1
-    encoder_share: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.max_rows < 1:
-            raise ValueError(f"max_rows must be >= 1, got {self.max_rows}")
-        if not 0.0 <= self.max_padding < 1.0:
-            raise ValueError(f"max_padding must be in [0, 1), got {self.max_padding}")
-        if self.wait_ms < 0:
-            raise ValueError(f"wait_ms must be >= 0, got {self.wait_ms}")
-        if self.max_encode < 1:
-            raise ValueError(f"max_encode must be >= 1, got {self.max_encode}")
-        if self.lanes < 1:
-            raise ValueError(f"lanes must be >= 1, got {self.lanes}")
-        if not 0.0 < self.encoder_share <= 1.0:
-            raise ValueError(f"encoder_share must be in (0, 1], got {self.encoder_share}")
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One model call made by the scheduler.
-
-    kind: "decode" (one new token per row), "prefill" (several: prompt chunks) or "encode".
-    rows: batch size of the call; calls: callers served by it.
-    padding_ratio: share of the past K/V slots that were padding (0 for prefill and encode).
-    queue_wait_s: longest time a served call waited between its submission and the call's start.
-    seconds: wall time of the model call, assembling inputs and splitting outputs included.
-    """
-
-    kind: str
-    rows: int
-    calls: int
-    padding_ratio: float
-    queue_wait_s: float
-    seconds: float
-
-
-@dataclass
-class BatchingStats:
-    """Totals since start: model calls by kind, sequences (rows without dummy rows) served by
-    decode steps."""
-
-    decode_steps: int = 0
-    decode_rows: int = 0
-    prefill_calls: int = 0
-    encode_calls: int = 0
-    encode_windows: int = 0
-
-    @property
-    def mean_rows_per_step(self) -> float:
-        return self.decode_rows / self.decode_steps if self.decode_steps else 0.0
-
-
-@dataclass(eq=False)
-class _Call:
-    kind: str  # "decode" | "encode"
-    caller: int  # thread ident
-    inputs: tuple
-    rows: int
-    arrived: float = field(default_factory=time.perf_counter)
-    done: threading.Event = field(default_factory=threading.Event)
-    result: object = None
-    error: BaseException | None = None
-
-    @property
-    def past_len(self) -> int:
-        return int(self.inputs[3][0].shape[2])
-
-    @property
-    def new_tokens(self) -> int:
-        return int(self.inputs[0].shape[1])
-
-    def finish(self, result: object = None, error: BaseException | None = None) -> None:
-        self.result, self.error = result, error
-        self.done.set()
-
-
-class CrossKV(list):
-    """One window's cross K/V, `[cross_k_0, cross_v_0, ...]` each f32 [1, H, 1500, Dh], as views
-    of slot `slot` of a `CrossSlab`; the slot is freed when this list is garbage-collected. The
-    slab may move the window to a lower slot: it then re-points the list's items in place."""
-
-    __slots__ = ("__weakref__", "_cell", "slab")
-
-    @property
-    def slot(self) -> int:
-        return self._cell[0]
-
-
-class CrossSlab:
-    """Fixed slots for windows' cross K/V: per layer one f32 [slots, H, 1500, Dh] array in private
-    anonymous memory, committed as slots are used and handed back to the system when a slot
-    frees (so the slab holds about what the live windows need). Lowest free slot first, and
-    `compact()` moves windows down into freed slots, so live windows stay packed and a group
-    needs no dummy rows."""
-
-    def __init__(self, like: list[np.ndarray], slots: int) -> None:
-        self._maps = [
-            mmap.mmap(-1, slots * a[0].nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            for a in like
-        ]
-        self.arrays = [
-            np.frombuffer(m, a.dtype).reshape(slots, *a.shape[1:])
-            for m, a in zip(self._maps, like, strict=True)
-        ]
-        self.slot_nbytes = like[0][0].nbytes
-        self.slots = slots
-        self._free = list(range(slots))
-        self._holders: dict[int, weakref.ref[CrossKV]] = {}
-        self._lock = threading.Lock()
-
-    def store(self, cross: list[np.ndarray], row: int) -> CrossKV | None:
-        """Copy row `row` of encoder outputs into a free slot; None when every slot is taken."""
-        with self._lock:
-            if not self._free:
-                return None
-            slot = self._free.pop(0)
-        for dst, src in zip(self.arrays, cross, strict=True):
-            dst[slot] = src[row]
-        held = CrossKV(a[slot : slot + 1] for a in self.arrays)
-        held.slab, held._cell = self, [slot]
-        with self._lock:
-            self._holders[slot] = weakref.ref(held)
-        weakref.finalize(held, self._release, held._cell)
-        return held
-
-    def compact(self) -> int:
-        """Move the windows of the highest used slots into lower free ones; returns the moves.
-        Only the thread that reads the slab (the decoder lane) may call this."""
-        moves = 0
-        while True:
-            with self._lock:
-                lowest_free = self._free[0] if self._free else self.slots
-                above = [slot for slot in self._holders if slot > lowest_free]
-                holder = self._holders[max(above)]() if above else None
-                if holder is None:
-                    return moves
-                source, target = holder.slot, self._free.pop(0)
-            for layer, array in enumerate(self.arrays):
-                array[target] = array[source]
-                holder[layer] = array[target : target + 1]
-            with self._lock:
-                holder._cell[0] = target
-                del self._holders[source]
-                self._holders[target] = weakref.ref(holder)
-                self._free_slot_locked(source)
-            del holder
-            moves += 1
-
-    def view(self, lo: int, hi: int) -> list[np.ndarray]:
-        """Slots lo..hi-1 of every layer, [hi - lo, H, 1500, Dh] each (contiguous, no copy)."""
-        return [a[lo:hi] for a in self.arrays]
-
-    @property
-    def used(self) -> int:
-        with self._lock:
-            return self.slots - len(self._free)
-
-    def _release(self, cell: list[int]) -> None:
-        with self._lock:
-            self._holders.pop(cell[0], None)
-            self._free_slot_locked(cell[0])
-
-    def _free_slot_locked(self, slot: int) -> None:
-        """Mark `slot` free and return its whole memory pages to the system."""
-        self._free.append(slot)
-        self._free.sort()
-        page = mmap.PAGESIZE
-        start = -(-slot * self.slot_nbytes // page) * page  # first page boundary in the slot
-        end = (slot + 1) * self.slot_nbytes // page * page
-        if end > start:
-            for m in self._maps:
-                m.madvise(mmap.MADV_DONTNEED, start, end - start)
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Where each call's rows sit in one decoder batch: `offsets[i]` for `calls[i]`; rows not
-    covered by any call are dummy rows."""
-
-    calls: list[_Call]
-    offsets: list[int]
-    rows: int
-
-
 def _same_cpu(devices: dict[str, str]) -> bool:
     """True when the encoder and the decoder both run on the CPU (their calls compete for it)."""
     return {d.split(".")[0] for d in devices.values()} == {"CPU"}
-
-
-def _padding(layout: _Layout) -> float:
-    longest = max(c.past_len for c in layout.calls)
-    used = sum(c.rows * c.past_len for c in layout.calls)
-    return 1.0 - used / (layout.rows * longest) if longest else 0.0
-
-
-def _kind(call: _Call) -> str:
-    """StepRecord kind of a decoder call: "decode" (one new token per row) or "prefill"."""
-    return "decode" if call.new_tokens == 1 else "prefill"
-
-
-class _InputScratch:
-    """A decoder lane's input arrays for batched calls, kept from one step to the next by shape
-    (rows, new tokens T, past length P): a step shaped like one of the previous iteration writes
-    its inputs into the same arrays instead of allocating and zero-filling tens of MB (with the
-    service's malloc settings each fresh array is a new mapping, page-faulted in every step)."""
-
-    def __init__(self) -> None:
-        self._arrays: dict[tuple[int, int, int], tuple] = {}
-        self._used: set[tuple[int, int, int]] = set()
-
-    def take(
-        self, rows: int, new_tokens: int, longest: int, like_past: list[np.ndarray]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
-        """input_ids [R, T], position_ids [R, T], attention_mask [R, P + T] (all int64) and one
-        past array [R, H, P, Dh] per entry of `like_past`. Contents are left from an earlier
-        step (finite values); the caller writes every element a call depends on."""
-        key = (rows, new_tokens, longest)
-        self._used.add(key)
-        found = self._arrays.get(key)
-        if found is None:
-            found = (
-                np.zeros((rows, new_tokens), np.int64),
-                np.zeros((rows, new_tokens), np.int64),
-                np.zeros((rows, longest + new_tokens), np.int64),
-                [np.zeros((rows, p.shape[1], longest, p.shape[3]), p.dtype) for p in like_past],
-            )
-            self._arrays[key] = found
-        return found
-
-    def drop_unused(self) -> None:
-        """Forget the arrays no call of this iteration used."""
-        for key in set(self._arrays) - self._used:
-            del self._arrays[key]
-        self._used.clear()
-
-    def clear(self) -> None:
-        self._arrays.clear()
-        self._used.clear()
-
-
-def pack_by_slot(
-    calls: list[_Call], max_rows: int, max_padding: float
-) -> list[tuple[int, _Layout]]:
-    """Single-row calls on slab windows, in slot order, cut into runs of at most `max_rows`
-    consecutive slots (gaps become dummy rows) with at most `max_padding` padding.
-    Returns (first slot, layout) per run."""
-    runs: list[tuple[int, _Layout]] = []
-    for call in sorted(calls, key=lambda c: c.inputs[4].slot):
-        slot = call.inputs[4].slot
-        if runs:
-            lo, layout = runs[-1]
-            candidate = _Layout([*layout.calls, call], [*layout.offsets, slot - lo], slot - lo + 1)
-            if candidate.rows <= max_rows and _padding(candidate) <= max_padding:
-                runs[-1] = (lo, candidate)
-                continue
-        runs.append((slot, _Layout([call], [0], 1)))
-    return runs
-
-
-def pack_groups(calls: list[_Call], max_rows: int, max_padding: float) -> list[_Layout]:
-    """Other one-token calls, sorted by past length (longest first), packed back to back into
-    groups of at most `max_rows` rows (a bigger call is a group of its own) and at most
-    `max_padding` padding."""
-    groups: list[_Layout] = []
-    for call in sorted(calls, key=lambda c: c.past_len, reverse=True):
-        if groups:
-            last = groups[-1]
-            candidate = _Layout(
-                [*last.calls, call], [*last.offsets, last.rows], last.rows + call.rows
-            )
-            if candidate.rows <= max_rows and _padding(candidate) <= max_padding:
-                groups[-1] = candidate
-                continue
-        groups.append(_Layout([call], [0], call.rows))
-    return groups
 
 
 class BatchingSessions:
@@ -380,8 +101,8 @@ class BatchingSessions:
         self.stats = BatchingStats()
         self._observers: list[Callable[[StepRecord], None]] = []
         self._cond = threading.Condition()
-        self._pending: list[_Call] = []  # decoder calls
-        self._encodes: list[_Call] = []
+        self._pending: list[DecodeCall] = []
+        self._encodes: list[EncodeCall] = []
         self._closed = False
         self._last_callers: set[int] = set()  # served by the last two decoder-lane iterations
         self._previous_callers: set[int] = set()
@@ -428,7 +149,15 @@ class BatchingSessions:
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
         """features f32 [B, n_mels, 3000] -> cross K/V, each [B, H, 1500, Dh] (batched with
         other callers' windows)."""
-        return self._submit(_Call("encode", threading.get_ident(), (features,), features.shape[0]))
+        call = EncodeCall(threading.get_ident(), features.shape[0], features=features)
+        with self._cond:
+            self._check_open()
+            self._encodes.append(call)
+            # busy encoding: no step waits for it
+            self._last_callers.discard(call.caller)
+            self._previous_callers.discard(call.caller)
+            self._cond.notify_all()
+        return self._wait(call)
 
     def decode(
         self,
@@ -447,13 +176,13 @@ class BatchingSessions:
                 f"attention_mask must be [{rows}, {p + input_ids.shape[1]}], "
                 f"got {list(attention_mask.shape)}"
             )
-        call = _Call(
-            "decode",
-            threading.get_ident(),
-            (input_ids, position_ids, attention_mask, past, cross),
-            rows,
-        )
-        return self._submit(call)
+        inputs = DecoderInputs(input_ids, position_ids, attention_mask, past, cross)
+        call = DecodeCall.of(threading.get_ident(), inputs)
+        with self._cond:
+            self._check_open()
+            self._pending.append(call)
+            self._cond.notify_all()
+        return self._wait(call)  # type: ignore[return-value]
 
     def align(
         self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]
@@ -475,18 +204,12 @@ class BatchingSessions:
             thread.join(timeout)
 
     # -- internals ---------------------------------------------------------------------------------
-    def _submit(self, call: _Call):  # type: ignore[no-untyped-def]
-        with self._cond:
-            if self._closed:
-                raise SchedulerClosedError("the model scheduler is closed")
-            if call.kind == "encode":
-                self._encodes.append(call)
-                # busy encoding: no step waits for it
-                self._last_callers.discard(call.caller)
-                self._previous_callers.discard(call.caller)
-            else:
-                self._pending.append(call)
-            self._cond.notify_all()
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SchedulerClosedError("the model scheduler is closed")
+
+    @staticmethod
+    def _wait(call):  # type: ignore[no-untyped-def]
         call.done.wait()
         if call.error is not None:
             raise call.error
@@ -495,7 +218,7 @@ class BatchingSessions:
     def _decoder_lane(self) -> None:
         # stacked cross K/V per group membership: key -> (the members' cross lists, stacked)
         stacked: dict[tuple, tuple[list, list[np.ndarray]]] = {}
-        scratch = _InputScratch()
+        scratch = InputScratch()
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
@@ -527,7 +250,7 @@ class BatchingSessions:
                 self._run(self._encode, batch)
             del batch
 
-    def _run(self, serve: Callable[[list[_Call]], None], calls: list[_Call]) -> None:
+    def _run(self, serve: Callable[[list], None], calls: list) -> None:
         """serve(calls); if it fails, every call still waiting gets the error (never a hang)."""
         try:
             serve(calls)
@@ -549,7 +272,7 @@ class BatchingSessions:
                 return
             self._cond.wait(remaining)
 
-    def _serve(self, calls: list[_Call], stacked: dict, scratch: _InputScratch) -> None:
+    def _serve(self, calls: list[DecodeCall], stacked: dict, scratch: InputScratch) -> None:
         """One decoder-lane iteration: calls with the same number of new tokens T are batched
         (T = 1: the steps; T = PREFILL_CHUNK: prompt chunks), each T on its own.
         stacked: this lane's stacked cross K/V, by group membership; scratch: its input arrays."""
@@ -565,7 +288,7 @@ class BatchingSessions:
             same_t = [c for c in calls if c.new_tokens == new_tokens]
             slotted, others = [], []
             for call in same_t:
-                in_slot = call.rows == 1 and self._in_slab(call.inputs[4])
+                in_slot = call.rows == 1 and self._in_slab(call.cross)
                 (slotted if in_slot else others).append(call)
             for lo, layout in pack_by_slot(slotted, opts.max_rows, opts.max_padding):
                 assert self._slab is not None
@@ -574,7 +297,7 @@ class BatchingSessions:
                 if len(layout.calls) == 1:
                     self._decode_alone(layout.calls[0])
                     continue
-                key = tuple((id(c.inputs[4]), c.rows, new_tokens) for c in layout.calls)
+                key = tuple((id(c.cross), c.rows, new_tokens) for c in layout.calls)
                 live_keys.add(key)
                 self._decode_group(layout, self._stacked_cross(stacked, key, layout), scratch)
         # stacked copies and input arrays of groups that did not run this step are dropped
@@ -593,21 +316,19 @@ class BatchingSessions:
             except Exception:  # a metrics hiccup must not fail a decode
                 log.exception("batching observer failed")
 
-    def _decode_alone(self, call: _Call) -> None:
+    def _decode_alone(self, call: DecodeCall) -> None:
         started = time.perf_counter()
         try:
-            result = self.inner.decode(*call.inputs)
+            result = self.inner.decode(*call.inputs.args())
         except Exception as e:
             call.finish(error=e)
             return
         call.finish(result)
         waited, seconds = started - call.arrived, time.perf_counter() - started
         self._count(call.new_tokens, call.rows)
-        self._record(StepRecord(_kind(call), call.rows, 1, 0.0, waited, seconds))
+        self._record(StepRecord(call.kind, call.rows, 1, 0.0, waited, seconds))
 
-    def _decode_group(
-        self, layout: _Layout, cross: list[np.ndarray], scratch: _InputScratch
-    ) -> None:
+    def _decode_group(self, layout: Layout, cross: list[np.ndarray], scratch: InputScratch) -> None:
         """One decoder call for the calls of `layout` (all with the same number of new tokens T);
         `cross` has layout.rows rows; the inputs are assembled in `scratch`'s arrays."""
         if len(layout.calls) == 1 and layout.rows == layout.calls[0].rows:
@@ -619,7 +340,7 @@ class BatchingSessions:
         longest = max(c.past_len for c in layout.calls)
         try:
             input_ids, position_ids, mask, past = scratch.take(
-                rows, new_tokens, longest, layout.calls[0].inputs[3]
+                rows, new_tokens, longest, layout.calls[0].inputs.past
             )
             input_ids[:] = 0  # dummy rows: token 0, position 0
             position_ids[:] = 0
@@ -628,10 +349,10 @@ class BatchingSessions:
             for call, offset in zip(layout.calls, layout.offsets, strict=True):
                 rows_of = slice(offset, offset + call.rows)
                 pad = longest - call.past_len
-                input_ids[rows_of] = call.inputs[0]
-                position_ids[rows_of] = call.inputs[1]
-                mask[rows_of, pad:] = call.inputs[2]
-                for dst, src in zip(past, call.inputs[3], strict=True):
+                input_ids[rows_of] = call.inputs.input_ids
+                position_ids[rows_of] = call.inputs.position_ids
+                mask[rows_of, pad:] = call.inputs.attention_mask
+                for dst, src in zip(past, call.inputs.past, strict=True):
                     dst[rows_of, :, :pad] = 0
                     dst[rows_of, :, pad:] = src
             logits, new = self.inner.decode(input_ids, position_ids, mask, past, cross)
@@ -646,8 +367,8 @@ class BatchingSessions:
         self._count(new_tokens, sum(c.rows for c in layout.calls))
         waited = started - min(c.arrived for c in layout.calls)
         seconds = time.perf_counter() - started
-        kind = _kind(layout.calls[0])
-        record = StepRecord(kind, rows, len(layout.calls), _padding(layout), waited, seconds)
+        kind = layout.calls[0].kind
+        record = StepRecord(kind, rows, len(layout.calls), padding(layout), waited, seconds)
         self._record(record)
 
     def _count(self, new_tokens: int, rows: int) -> None:
@@ -658,29 +379,29 @@ class BatchingSessions:
             else:
                 self.stats.prefill_calls += 1
 
-    def _stacked_cross(self, stacked: dict, key: tuple, layout: _Layout) -> list[np.ndarray]:
+    def _stacked_cross(self, stacked: dict, key: tuple, layout: Layout) -> list[np.ndarray]:
         """Cross K/V of the layout's rows stacked along the batch axis ([R, H, 1500, Dh] per
         layer; a batch-1 window is repeated over its rows); reused while the members stay."""
         found = stacked.get(key)
         if found is not None and all(
-            a is c.inputs[4] for a, c in zip(found[0], layout.calls, strict=True)
+            a is c.cross for a, c in zip(found[0], layout.calls, strict=True)
         ):
             return found[1]
         arrays = []
-        for layer in range(len(layout.calls[0].inputs[4])):
-            first = layout.calls[0].inputs[4][layer]
+        for layer in range(len(layout.calls[0].cross)):
+            first = layout.calls[0].cross[layer]
             out = np.empty((layout.rows, *first.shape[1:]), first.dtype)
             for call, offset in zip(layout.calls, layout.offsets, strict=True):
-                out[offset : offset + call.rows] = call.inputs[4][layer]  # broadcasts batch 1
+                out[offset : offset + call.rows] = call.cross[layer]  # broadcasts batch 1
             arrays.append(out)
-        stacked[key] = ([c.inputs[4] for c in layout.calls], arrays)
+        stacked[key] = ([c.cross for c in layout.calls], arrays)
         return arrays
 
-    def _encode(self, calls: list[_Call]) -> None:
+    def _encode(self, calls: list[EncodeCall]) -> None:
         started = time.perf_counter()
         try:
-            features = np.concatenate([c.inputs[0] for c in calls]) if len(calls) > 1 else None
-            cross = self.inner.encode(features if features is not None else calls[0].inputs[0])
+            features = np.concatenate([c.features for c in calls]) if len(calls) > 1 else None
+            cross = self.inner.encode(features if features is not None else calls[0].features)
         except Exception as e:
             if len(calls) == 1:
                 calls[0].finish(error=e)

@@ -24,7 +24,8 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import SAMPLE_RATE, missing_files
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
-from app.service.batching import BatchingOptions, BatchingSessions
+from app.service.batch_records import BatchingOptions
+from app.service.batching import BatchingSessions
 from app.service.jobs import (
     InvalidRequestError,
     ModelInfo,

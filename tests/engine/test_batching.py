@@ -18,16 +18,11 @@ import numpy as np
 import pytest
 
 from app.engine.decoding import DecodingOptions, decode
-from app.service.batching import (
-    BatchingOptions,
-    BatchingSessions,
-    CrossKV,
-    StepRecord,
-    _Call,
-    _InputScratch,
-    _Layout,
-)
+from app.service.batch_pack import DecodeCall, DecoderInputs, InputScratch, Layout
+from app.service.batch_records import BatchingOptions, StepRecord
+from app.service.batching import BatchingSessions
 from app.service.core_turns import CoreTurns
+from app.service.cross_slab import CrossKV
 from app.service.transcriber import Transcriber, TranscriptionCancelled, TranscriptionOptions
 from tests.engine.conftest import EARNINGS, JFK, clip, window_cross
 
@@ -200,30 +195,30 @@ def test_kept_input_arrays_carry_nothing_into_the_next_step(tiny_fp16, batched) 
     cross = window_cross(tiny_fp16, clip(JFK))
     rng = np.random.default_rng(3)
 
-    def one_token_call(caller: int, past_len: int) -> _Call:
+    def one_token_call(caller: int, past_len: int) -> DecodeCall:
         past = [
             (0.5 * rng.standard_normal((1, dims.n_heads, past_len, dims.head_dim))).astype(
                 np.float32
             )
             for _ in range(2 * dims.n_text_layer)
         ]
-        inputs = (
+        inputs = DecoderInputs(
             np.array([[50257 + caller]], np.int64),
             np.array([[past_len]], np.int64),
             np.ones((1, past_len + 1), np.int64),
             past,
             cross,
         )
-        return _Call("decode", caller, inputs, 1)
+        return DecodeCall.of(caller, inputs)
 
     stacked_cross = [np.repeat(c, 2, axis=0) for c in cross]
-    scratch = _InputScratch()
+    scratch = InputScratch()
     first = [one_token_call(1, 128), one_token_call(2, 128)]
     second = [one_token_call(3, 128), one_token_call(4, 64)]  # 64 slots of left padding
     for calls in (first, second):
-        batched._decode_group(_Layout(calls, [0, 1], 2), stacked_cross, scratch)
+        batched._decode_group(Layout(calls, [0, 1], 2), stacked_cross, scratch)
         scratch.drop_unused()
         for call in calls:
-            alone, _ = tiny_fp16.decode(*call.inputs)
+            alone, _ = tiny_fp16.decode(*call.inputs.args())
             np.testing.assert_allclose(call.result[0], alone, atol=1e-4)
     assert len(scratch._arrays) == 1, "both steps ran in the same kept arrays"

@@ -9,7 +9,8 @@ import itertools
 import numpy as np
 import pytest
 
-from app.service.batching import BatchingOptions, BatchingSessions
+from app.service.batch_records import BatchingOptions
+from app.service.batching import BatchingSessions
 from app.service.transcriber import Transcriber, TranscriptionOptions
 from tests.engine.conftest import EARNINGS, JFK, SPANISH, clip, seconds
 

@@ -7,16 +7,17 @@ import gc
 import numpy as np
 import pytest
 
-from app.service.batching import (
-    BatchingOptions,
-    CrossSlab,
-    _Call,
-    _InputScratch,
-    _padding,
-    _same_cpu,
+from app.service.batch_pack import (
+    DecodeCall,
+    DecoderInputs,
+    InputScratch,
     pack_by_slot,
     pack_groups,
+    padding,
 )
+from app.service.batch_records import BatchingOptions
+from app.service.batching import _same_cpu
+from app.service.cross_slab import CrossSlab
 
 H, DH, CTX = 2, 4, 6  # heads, head size, audio positions
 
@@ -25,18 +26,18 @@ def slab(slots: int = 8) -> CrossSlab:
     return CrossSlab([np.zeros((1, H, CTX, DH), np.float32)] * 2, slots)
 
 
-def call(past_len: int, rows: int = 1, cross: list | None = None) -> _Call:
+def call(past_len: int, rows: int = 1, cross: list | None = None) -> DecodeCall:
     """A one-token decoder call of `rows` rows with `past_len` cached positions."""
     past = [np.zeros((rows, H, past_len, DH), np.float32)] * 2
     cross = cross if cross is not None else [np.zeros((1, H, CTX, DH), np.float32)] * 2
-    inputs = (
+    inputs = DecoderInputs(
         np.zeros((rows, 1), np.int64),
         np.full((rows, 1), past_len, np.int64),
         np.ones((rows, past_len + 1), np.int64),
         past,
         cross,
     )
-    return _Call("decode", 0, inputs, rows)
+    return DecodeCall.of(0, inputs)
 
 
 def test_options_are_validated() -> None:
@@ -54,11 +55,11 @@ def test_groups_respect_row_cap_and_keep_big_calls_whole() -> None:
         assert group.offsets == list(np.cumsum([0] + [c.rows for c in group.calls[:-1]]))
 
 
-def test_groups_bound_padding() -> None:
+def test_groups_boundpadding() -> None:
     long, short = call(100), call(2)
     assert len(pack_groups([long, short], max_rows=8, max_padding=0.4)) == 2
     (together,) = pack_groups([long, short], max_rows=8, max_padding=0.6)
-    assert _padding(together) == pytest.approx(1 - 102 / 200)
+    assert padding(together) == pytest.approx(1 - 102 / 200)
 
 
 def test_slot_runs_are_contiguous_with_dummy_rows_for_gaps() -> None:
@@ -130,7 +131,7 @@ def test_only_stages_both_on_the_cpu_take_turns(devices: dict[str, str], same: b
 
 def test_input_scratch_reuses_arrays_of_a_shape_seen_in_the_last_iteration() -> None:
     like = [np.zeros((1, H, 3, DH), np.float32)] * 2
-    scratch = _InputScratch()
+    scratch = InputScratch()
     ids, positions, mask, past = scratch.take(4, 1, 64, like)
     assert (ids.shape, positions.shape, mask.shape) == ((4, 1), (4, 1), (4, 65))
     assert [p.shape for p in past] == [(4, H, 64, DH)] * 2 and past[0] is not past[1]

@@ -1,0 +1,194 @@
+"""What the batching scheduler queues and how it packs one-token decoder calls into batches.
+
+`DecodeCall` / `EncodeCall`: one caller's model call, waiting for its result. `Layout`: where
+each call's rows sit in one batched decoder call; `pack_by_slot` (windows in the cross K/V
+slab) and `pack_groups` (the others) make them. `InputScratch`: a lane's input arrays, kept
+from one step to the next. Pure data and packing: the scheduler (`app.service.batching`) runs
+the calls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.service.cross_slab import CrossKV
+
+
+@dataclass(frozen=True)
+class DecoderInputs:
+    """One decoder call's inputs (shapes as `WhisperSessions.decode`): input_ids and
+    position_ids int64 [R, T], attention_mask int64 [R, P + T], past f32 [R, H, P, Dh] per
+    layer and kind, cross f32 [1 or R, H, 1500, Dh] per layer and kind."""
+
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    attention_mask: np.ndarray
+    past: list[np.ndarray]
+    cross: list[np.ndarray]
+
+    @property
+    def rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def new_tokens(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    @property
+    def past_len(self) -> int:
+        return int(self.past[0].shape[2])
+
+    def args(self) -> tuple:
+        """The positional arguments of `WhisperSessions.decode`."""
+        return self.input_ids, self.position_ids, self.attention_mask, self.past, self.cross
+
+
+@dataclass(eq=False)
+class PendingCall:
+    """A caller's model call (`caller`: its thread ident) waiting for its result."""
+
+    caller: int
+    rows: int
+    arrived: float = field(default_factory=time.perf_counter, init=False)
+    done: threading.Event = field(default_factory=threading.Event, init=False)
+    result: object = field(default=None, init=False)
+    error: BaseException | None = field(default=None, init=False)
+
+    def finish(self, result: object = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+
+
+@dataclass(eq=False)
+class EncodeCall(PendingCall):
+    features: np.ndarray = field(default=None)  # type: ignore[assignment]  # f32 [B, n_mels, 3000]
+
+
+@dataclass(eq=False)
+class DecodeCall(PendingCall):
+    inputs: DecoderInputs = field(default=None)  # type: ignore[assignment]
+
+    @classmethod
+    def of(cls, caller: int, inputs: DecoderInputs) -> DecodeCall:
+        return cls(caller, inputs.rows, inputs=inputs)
+
+    @property
+    def past_len(self) -> int:
+        return self.inputs.past_len
+
+    @property
+    def new_tokens(self) -> int:
+        return self.inputs.new_tokens
+
+    @property
+    def cross(self) -> list[np.ndarray]:
+        return self.inputs.cross
+
+    @property
+    def kind(self) -> str:
+        """StepRecord kind: "decode" (one new token per row) or "prefill"."""
+        return "decode" if self.new_tokens == 1 else "prefill"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each call's rows sit in one decoder batch: `offsets[i]` for `calls[i]`; rows not
+    covered by any call are dummy rows."""
+
+    calls: list[DecodeCall]
+    offsets: list[int]
+    rows: int
+
+
+def padding(layout: Layout) -> float:
+    longest = max(c.past_len for c in layout.calls)
+    used = sum(c.rows * c.past_len for c in layout.calls)
+    return 1.0 - used / (layout.rows * longest) if longest else 0.0
+
+
+class InputScratch:
+    """A decoder lane's input arrays for batched calls, kept from one step to the next by shape
+    (rows, new tokens T, past length P): a step shaped like one of the previous iteration writes
+    its inputs into the same arrays instead of allocating and zero-filling tens of MB (with the
+    service's malloc settings each fresh array is a new mapping, page-faulted in every step)."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[int, int, int], tuple] = {}
+        self._used: set[tuple[int, int, int]] = set()
+
+    def take(
+        self, rows: int, new_tokens: int, longest: int, like_past: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """input_ids [R, T], position_ids [R, T], attention_mask [R, P + T] (all int64) and one
+        past array [R, H, P, Dh] per entry of `like_past`. Contents are left from an earlier
+        step (finite values); the caller writes every element a call depends on."""
+        key = (rows, new_tokens, longest)
+        self._used.add(key)
+        found = self._arrays.get(key)
+        if found is None:
+            found = (
+                np.zeros((rows, new_tokens), np.int64),
+                np.zeros((rows, new_tokens), np.int64),
+                np.zeros((rows, longest + new_tokens), np.int64),
+                [np.zeros((rows, p.shape[1], longest, p.shape[3]), p.dtype) for p in like_past],
+            )
+            self._arrays[key] = found
+        return found
+
+    def drop_unused(self) -> None:
+        """Forget the arrays no call of this iteration used."""
+        for key in set(self._arrays) - self._used:
+            del self._arrays[key]
+        self._used.clear()
+
+    def clear(self) -> None:
+        self._arrays.clear()
+        self._used.clear()
+
+
+def pack_by_slot(
+    calls: list[DecodeCall], max_rows: int, max_padding: float
+) -> list[tuple[int, Layout]]:
+    """Single-row calls on slab windows, in slot order, cut into runs of at most `max_rows`
+    consecutive slots (gaps become dummy rows) with at most `max_padding` padding.
+    Returns (first slot, layout) per run."""
+    runs: list[tuple[int, Layout]] = []
+    for call in sorted(calls, key=lambda c: cross_slot(c)):
+        slot = cross_slot(call)
+        if runs:
+            lo, layout = runs[-1]
+            candidate = Layout([*layout.calls, call], [*layout.offsets, slot - lo], slot - lo + 1)
+            if candidate.rows <= max_rows and padding(candidate) <= max_padding:
+                runs[-1] = (lo, candidate)
+                continue
+        runs.append((slot, Layout([call], [0], 1)))
+    return runs
+
+
+def pack_groups(calls: list[DecodeCall], max_rows: int, max_padding: float) -> list[Layout]:
+    """Other one-token calls, sorted by past length (longest first), packed back to back into
+    groups of at most `max_rows` rows (a bigger call is a group of its own) and at most
+    `max_padding` padding."""
+    groups: list[Layout] = []
+    for call in sorted(calls, key=lambda c: c.past_len, reverse=True):
+        if groups:
+            last = groups[-1]
+            candidate = Layout(
+                [*last.calls, call], [*last.offsets, last.rows], last.rows + call.rows
+            )
+            if candidate.rows <= max_rows and padding(candidate) <= max_padding:
+                groups[-1] = candidate
+                continue
+        groups.append(Layout([call], [0], call.rows))
+    return groups
+
+
+def cross_slot(call: DecodeCall) -> int:
+    """The slab slot of a call whose cross K/V are a `CrossKV`."""
+    cross = call.cross
+    assert isinstance(cross, CrossKV)
+    return cross.slot
