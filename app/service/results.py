@@ -9,7 +9,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.engine.decoding import DecodingResult
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,35 @@ class TranscriptionStats:
     cache_nbytes: int = 0  # peak K/V bytes (cross + self) of one decode
     handed_nbytes: int = 0  # input bytes given to the runtime by the decoder's step calls
     total_s: float = 0.0
+
+    def add_attempt(self, result: DecodingResult, *, fallback: bool) -> None:
+        """Count one decoding attempt of a window (`fallback`: at a temperature after the
+        first) and its decoder timings."""
+        self.attempts += 1
+        self.fallbacks += int(fallback)
+        s = result.stats
+        if s is None:
+            return
+        self.prefill_s += s.prefill_s
+        self.prefills += int(not s.prefill_reused)
+        self.decoder_s += s.decoder_s
+        self.search_s += max(0.0, s.wall_s - s.decoder_s)
+        self.steps += s.steps
+        self.decoder_calls += s.calls
+        self.handed_nbytes += s.handed_nbytes
+        self.cache_nbytes = max(self.cache_nbytes, s.cache_nbytes)
+
+    def summary(self) -> str:
+        """One log line: where the time went."""
+        return (
+            f"transcribed {self.audio_s:.2f} s in {self.total_s:.3f} s (RTF {self.rtf:.3f}): "
+            f"mel {1e3 * self.mel_s:.1f} ms, encoder {1e3 * self.encoder_s:.1f} ms "
+            f"({self.windows} windows), prefill {1e3 * self.prefill_s:.1f} ms, decoder "
+            f"{1e3 * self.decoder_s:.1f} ms ({self.steps} steps, {self.ms_per_step:.2f} ms/step, "
+            f"{self.tokens_per_s:.1f} tok/s), search {1e3 * self.search_s:.1f} ms, "
+            f"{self.attempts} attempts ({self.fallbacks} fallbacks), "
+            f"peak K/V {self.cache_nbytes / 1e6:.1f} MB"
+        )
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:

@@ -52,6 +52,7 @@ from app.engine.vad import (
     speech_timestamps,
 )
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.service.fallback import FallbackRule
 from app.service.options import TranscriptionOptions
 from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
 from app.service.text_stream import TextStream, WindowStream
@@ -334,26 +335,7 @@ class Transcriber:
             window_started = time.perf_counter()
 
         stats.total_s += time.perf_counter() - window_started
-        log.info(
-            "transcribed %.2f s in %.3f s (RTF %.3f): mel %.1f ms, encoder %.1f ms (%d windows), "
-            "prefill %.1f ms, decoder %.1f ms (%d steps, %.2f ms/step, %.1f tok/s), "
-            "search %.1f ms, %d attempts (%d fallbacks), peak K/V %.1f MB",
-            stats.audio_s,
-            stats.total_s,
-            stats.rtf,
-            1000 * stats.mel_s,
-            1000 * stats.encoder_s,
-            stats.windows,
-            1000 * stats.prefill_s,
-            1000 * stats.decoder_s,
-            stats.steps,
-            stats.ms_per_step,
-            stats.tokens_per_s,
-            1000 * stats.search_s,
-            stats.attempts,
-            stats.fallbacks,
-            stats.cache_nbytes / 1e6,
-        )
+        log.info("%s", stats.summary())
 
     def _decode_with_fallback(
         self,
@@ -368,13 +350,9 @@ class Transcriber:
         cancel: threading.Event | None,
     ) -> DecodingResult:
         memo = PrefixMemo()  # this window's prefilled prompt, shared by every attempt
+        rule = FallbackRule.of(options)
         results: list[DecodingResult] = []
-        below_cr: list[DecodingResult] = []
-        ns_threshold = options.no_speech_threshold
-        lp_threshold = options.log_prob_threshold
-        cr_threshold = options.compression_ratio_threshold
         prefix = options.prefix if seek == 0 else None
-        result: DecodingResult | None = None
         for attempt, temperature in enumerate(options.temperature):
             decoding = options.decoding_options(
                 temperature, language=language, prompt=prompt, prefix=prefix
@@ -383,38 +361,15 @@ class Transcriber:
             on_token = None
             if window is not None:
                 # hold back retries, and windows that may be skipped as silence
-                no_speech = task.no_speech_prob()
-                maybe_silent = (
-                    ns_threshold is not None
-                    and lp_threshold is not None
-                    and no_speech > ns_threshold
-                )
+                maybe_silent = rule.maybe_silent(task.no_speech_prob())
                 window.new_attempt(live=attempt == 0 and not maybe_silent)
                 on_token = window.on_token
             try:
                 result = task.run(on_token, cancel)
             except DecodingCancelled as e:
                 raise TranscriptionCancelled(str(e)) from e
-            self._count(result, stats, fallback=attempt > 0)
+            stats.add_attempt(result, fallback=attempt > 0)
             results.append(result)
-
-            needs_fallback = False
-            too_repetitive = result.looped or (
-                cr_threshold is not None and result.compression_ratio > cr_threshold
-            )
-            if too_repetitive:
-                needs_fallback = True
-            else:
-                below_cr.append(result)
-            if lp_threshold is not None and result.avg_logprob < lp_threshold:
-                needs_fallback = True
-            if (
-                ns_threshold is not None
-                and lp_threshold is not None
-                and result.no_speech_prob > ns_threshold
-                and result.avg_logprob < lp_threshold
-            ):
-                needs_fallback = False  # silence: the caller skips the window
             log.debug(
                 "seek %d, T=%.1f: %d tokens, avg logprob %.2f, compression %.2f, no-speech %.2f%s",
                 seek,
@@ -425,29 +380,6 @@ class Transcriber:
                 result.no_speech_prob,
                 ", looped" if result.looped else "",
             )
-            if not needs_fallback:
+            if not rule.retry(result):
                 return result
-        # Every temperature failed: the likeliest result that is not repetitive (faster-whisper),
-        # but never one the repetition guard cut off. A looped result is not text but a loop
-        # whose lone closing timestamp would make the caller skip the rest of the window: taken
-        # once when all six attempts of a window failed, it dropped 29 s of speech from the
-        # 10 min benchmark clip (a sentence said three times over: every attempt compressed
-        # above 2.4, and the likeliest of them was a loop sampled at T=0.6).
-        unlooped = [r for r in results if not r.looped]
-        return max(below_cr or unlooped or results, key=lambda r: r.avg_logprob)
-
-    @staticmethod
-    def _count(result: DecodingResult, stats: TranscriptionStats, *, fallback: bool) -> None:
-        stats.attempts += 1
-        stats.fallbacks += int(fallback)
-        s = result.stats
-        if s is None:
-            return
-        stats.prefill_s += s.prefill_s
-        stats.prefills += int(not s.prefill_reused)
-        stats.decoder_s += s.decoder_s
-        stats.search_s += max(0.0, s.wall_s - s.decoder_s)
-        stats.steps += s.steps
-        stats.decoder_calls += s.calls
-        stats.handed_nbytes += s.handed_nbytes
-        stats.cache_nbytes = max(stats.cache_nbytes, s.cache_nbytes)
+        return rule.best(results)
