@@ -84,7 +84,8 @@ def vad_onset(path: Path) -> float:
     """Seconds to the start of the first speech region Silero VAD finds (no padding): a second
     reference, independent of the level threshold our word timing also uses."""
     from app.engine.audio import decode_audio
-    from app.engine.vad import VAD_FILE, SileroVad, VadOptions, speech_timestamps
+    from app.engine.vad import VAD_FILE, SileroVad, VadOptions
+    from app.engine.vad_spans import speech_timestamps
 
     vad = SileroVad.load(REPO / "models" / VAD_FILE)
     spans = speech_timestamps(vad, decode_audio(path), VadOptions(speech_pad_s=0.0))

@@ -45,12 +45,8 @@ from app.engine.decoding import (
 )
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
 from app.engine.tokenizer import Tokenizer
-from app.engine.vad import (
-    SileroVad,
-    collect_speech,
-    speech_time_map,
-    speech_timestamps,
-)
+from app.engine.vad import SileroVad
+from app.engine.vad_spans import collect_speech, speech_time_map, speech_timestamps
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.fallback import FallbackRule
 from app.service.options import TranscriptionOptions

@@ -10,7 +10,7 @@ import numpy as np
 
 from app.engine.backend import WhisperBackend
 from app.engine.mel import pad_or_trim
-from app.engine.vad import restore_time
+from app.engine.vad_spans import restore_time
 from app.runtime.contract import N_FRAMES, TIME_PRECISION
 from app.service.results import Segment
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from app.engine.decoding import DecodingResult
-from app.engine.vad import SileroVad, VadOptions, spans_from_probs
+from app.engine.vad import SileroVad, VadOptions
+from app.engine.vad_spans import spans_from_probs
 from app.service.live import (
     CommittedText,
     Finalized,

@@ -15,13 +15,15 @@ from app.engine.vad import (
     VadOptions,
     VadStream,
     block_gains,
+)
+from app.engine.vad_lanes import LANE_CHUNKS, WARMUP_CHUNKS
+from app.engine.vad_spans import (
     collect_speech,
     restore_time,
     spans_from_probs,
     speech_time_map,
     speech_timestamps,
 )
-from app.engine.vad_lanes import LANE_CHUNKS, WARMUP_CHUNKS
 from app.export.sources import sha256_of
 from app.export.vad import VAD_SHA256
 from tests.conftest import MODELS_DIR
