@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.engine.decoding import DecodingResult
+from app.engine.decoding_types import DecodingResult
 from app.service.options import TranscriptionOptions
 
 

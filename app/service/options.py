@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.engine.decoding import DecodingOptions
+from app.engine.decoding_types import DecodingOptions
 from app.engine.kv_cache import CACHE_MODES
 from app.engine.vad import VadOptions
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.engine.decoding import DecodingResult
+    from app.engine.decoding_types import DecodingResult
 
 
 @dataclass(frozen=True)

@@ -36,13 +36,8 @@ import numpy as np
 
 from app.engine.audio import lift_quiet
 from app.engine.backend import WhisperBackend
-from app.engine.decoding import (
-    DecodingCancelled,
-    DecodingResult,
-    DecodingTask,
-    PrefixMemo,
-    detect_language,
-)
+from app.engine.decoding import DecodingTask, PrefixMemo, detect_language
+from app.engine.decoding_types import DecodingCancelled, DecodingResult
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from app.engine.decoding import DecodingOptions, decode
+from app.engine.decoding import decode
+from app.engine.decoding_types import DecodingOptions
 from app.service.batch_pack import DecodeCall, DecoderInputs, InputScratch, Layout
 from app.service.batch_records import BatchingOptions, StepRecord
 from app.service.batching import BatchingSessions

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engine.decoding import DecodingOptions, PrefixMemo, decode
+from app.engine.decoding import PrefixMemo, decode
+from app.engine.decoding_types import DecodingOptions
 from app.engine.kv_cache import (
     GROWTH_CHUNK,
     PREFILL_CHUNK,

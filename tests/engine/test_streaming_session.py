@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from app.engine.decoding import DecodingResult
+from app.engine.decoding_types import DecodingResult
 from app.engine.vad import SileroVad, VadOptions
 from app.engine.vad_spans import spans_from_probs
 from app.service.live import (

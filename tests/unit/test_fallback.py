@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.decoding import DecodingResult
+from app.engine.decoding_types import DecodingResult
 from app.service.fallback import FallbackRule
 
 RULE = FallbackRule(compression_ratio_threshold=2.4, log_prob_threshold=-1.0,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.engine.decoding import DecodingOptions, compression_ratio
+from app.engine.decoding_types import DecodingOptions, compression_ratio
 from app.service import formats
 from app.service.results import Segment, TranscriptionInfo
 from app.service.transcriber import TranscriptionOptions

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.engine.audio import lift_quiet
-from app.engine.decoding import DecodingCancelled, DecodingOptions, DecodingResult, DecodingTask
+from app.engine.decoding import DecodingTask
+from app.engine.decoding_types import DecodingCancelled, DecodingOptions, DecodingResult
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
 from app.engine.timing import TextClock, frame_levels, group_words, start_at_speech
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
