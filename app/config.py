@@ -129,14 +129,6 @@ class Settings(BaseSettings):
     stream_step_s: float = Field(
         default=1.0, ge=0.1, le=10.0, description="Live streams: new audio (s) between passes."
     )
-    stream_min_step_s: float = Field(
-        default=0.5,
-        ge=0.1,
-        le=10.0,
-        description="Live streams, alignatt: a pass runs after this much new audio (s), before "
-        "the full step, once the first uncommitted word can be committed (its attention peak "
-        "plus the edge was heard); = stream_step_s: passes only every step.",
-    )
     stream_policy: Literal["local_agreement", "alignatt"] = Field(
         default="alignatt",
         description="Live streams: when a word is committed: two passes agree on it "

@@ -57,9 +57,7 @@ def stream_once(transcriber, options, vad, audio: np.ndarray) -> tuple[list[floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="tiny.en,base")
-    parser.add_argument(
-        "--grid", default=DEFAULT_GRID, help="policy:edge_s:step_s[:min_step_s],..."
-    )
+    parser.add_argument("--grid", default=DEFAULT_GRID, help="policy:edge_s:step_s,...")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -93,11 +91,10 @@ def main() -> int:
         file_wer = wer(refs, file_texts)[0]
         rows.append((model, "file (greedy)", "", "", "", "", f"{file_wer:.2f}", ""))
         for spec in args.grid.split(","):
-            policy, edge, step, *rest = spec.split(":")
-            min_step = rest[0] if rest else step  # early passes off unless given
+            policy, edge, step = spec.split(":")
             options = StreamingOptions(
                 language="en", policy=policy, edge_s=float(edge), step_s=float(step),  # type: ignore[arg-type]
-                min_step_s=float(min_step), word_timestamps=True,
+                word_timestamps=True,
             )  # fmt: skip
             lags: list[float] = []
             texts: list[str] = []
@@ -110,7 +107,7 @@ def main() -> int:
             live_wer = wer(refs, texts)[0]
             lag = np.array(lags)
             rows.append((
-                model, policy, "" if policy == "local_agreement" else edge, f"{step}/{min_step}",
+                model, policy, "" if policy == "local_agreement" else edge, step,
                 f"{np.median(lag):.2f}", f"{np.percentile(lag, 90):.2f}", f"{live_wer:.2f}",
                 f"{live_wer - file_wer:+.2f}", passes,
             ))  # fmt: skip

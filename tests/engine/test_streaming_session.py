@@ -20,7 +20,6 @@ from app.service.live import (
     StreamingSession,
     StreamSegment,
 )
-from app.service.live.schedule import PassSchedule
 from app.service.live.units import PassSegment
 from app.service.live.window_pass import Pass
 from app.service.transcriber import Transcriber
@@ -202,18 +201,8 @@ def test_text_that_stops_long_before_the_audio_is_committed_and_the_rest_kept(
     assert session.context.committed == []
 
 
-STEP_ONLY = PassSchedule(step_s=1.0, min_step_s=1.0)  # no early passes: no clock involved
-
-
-def commit_lags(
-    transcriber: Transcriber,
-    vad: SileroVad,
-    policy: str,
-    schedule: PassSchedule = STEP_ONLY,
-    pause_s: float | None = None,
-) -> tuple[list[float], str]:
-    """(audio received when each word was committed - its end, the text) for jfk. By default
-    no commits at short pauses: they would commit most of jfk's words, whatever the policy."""
+def commit_lags(transcriber: Transcriber, vad: SileroVad, policy: str) -> tuple[list[float], str]:
+    """(audio received when each word was committed - its end, the text) for jfk."""
     lags: list[float] = []
     session: StreamingSession
     events: list[StreamEvent] = []
@@ -223,9 +212,9 @@ def commit_lags(
         if isinstance(event, CommittedText):
             lags.append(session.received_s - event.end)
 
-    options = StreamingOptions(language="en", policy=policy, pause_s=pause_s)  # type: ignore[arg-type]
+    # no commits at short pauses: they would commit most of jfk's words, whatever the policy
+    options = StreamingOptions(language="en", policy=policy, pause_s=None)  # type: ignore[arg-type]
     session = StreamingSession(transcriber, options, vad, record)
-    session.schedule = schedule
     run_session(session, clip(JFK))
     check_events(events, session.text)
     return lags, session.text
@@ -242,18 +231,6 @@ def test_alignatt_commits_sooner_than_local_agreement(tiny_tr: Transcriber, vad:
         assert sum(a != b for a, b in zip(words, reference, strict=True)) <= 1, text
         median[policy] = float(np.median(lags))
     assert median["alignatt"] < median["local_agreement"] - 0.05, median  # 0.65 vs 0.75 s
-
-
-def test_an_early_pass_commits_a_word_once_it_is_due(tiny_tr: Transcriber, vad: SileroVad) -> None:
-    """AlignAtt says when the first uncommitted word can be committed; a pass run then (0.5 s
-    after the last, not 1 s) commits jfk's words after less audio, and the same words (default
-    short-pause commits on). How much of the machine early passes may take is not tested here
-    (pass times of a loaded test machine): any pass shorter than the new audio is allowed."""
-    lags, text = commit_lags(tiny_tr, vad, "alignatt", pause_s=0.3)
-    early = PassSchedule(step_s=1.0, min_step_s=0.5, share=1.0)
-    early_lags, early_text = commit_lags(tiny_tr, vad, "alignatt", early, pause_s=0.3)
-    assert normalise(early_text) == normalise(text) == JFK_TEXT
-    assert np.median(early_lags) < np.median(lags) - 0.1, (early_lags, lags)
 
 
 def _when_committed(

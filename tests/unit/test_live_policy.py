@@ -64,22 +64,6 @@ def test_alignatt_needs_no_second_pass() -> None:
     assert LocalAgreement().commit_count(new, [], audio_end_s=4.0) == 0
 
 
-def test_alignatt_says_when_the_first_pending_word_is_due() -> None:
-    """A pass can commit the first uncommitted word once its peak + edge has been heard: the
-    session runs a pass then instead of waiting for the whole step."""
-    policy = AlignAtt(edge_s=0.5)
-    pending = words("what your country", [5.6, 5.9, 6.2])
-    assert policy.due_s(pending) == pytest.approx(6.1)
-    assert policy.commit_count(pending, [], audio_end_s=6.1) == 1  # the promise holds
-    assert policy.commit_count(pending, [], audio_end_s=6.09) == 0
-    assert policy.due_s([]) is None
-    assert policy.due_s(words("what your", [None, 5.9])) is None  # no attention: no estimate
-
-
-def test_local_agreement_has_no_due_time() -> None:
-    assert LocalAgreement().due_s(words("what your", [5.6, 5.9])) is None
-
-
 def test_make_policy() -> None:
     assert isinstance(make_policy("alignatt", 0.3), AlignAtt)
     assert isinstance(make_policy("local_agreement", 0.3), LocalAgreement)

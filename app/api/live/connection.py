@@ -122,7 +122,6 @@ class LiveDeps:
         s, base = self.settings, self.registry.base_options
         return StreamingOptions(
             step_s=s.stream_step_s,
-            min_step_s=min(s.stream_min_step_s, s.stream_step_s),
             policy=s.stream_policy,
             edge_s=s.stream_edge_s,
             pause_s=s.stream_pause_s or None,

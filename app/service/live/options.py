@@ -19,11 +19,9 @@ class StreamingOptions:
 
     language: fixed for the session; None = English for English-only models, detected on the
         first pass (then fixed) for multilingual ones.
-    step_s: new audio between two passes; min_step_s: sooner, once the commit policy says the
-        first uncommitted word can be committed (`app.service.live.schedule`). trim_s: the
-        buffer is cut at a committed segment end once longer than this. max_buffer_s: beyond
-        it a pass commits up to its last closed segment without waiting for the policy (the
-        buffer never exceeds one 30 s window).
+    step_s: new audio between two passes. trim_s: the buffer is cut at a committed segment end
+        once longer than this. max_buffer_s: beyond it a pass commits up to its last closed
+        segment without waiting for the policy (the buffer never exceeds one 30 s window).
     policy: when a decoded word is committed (`app.service.live.policy`): "local_agreement"
         (two passes agree on it) or "alignatt" (the alignment heads looked at audio at least
         `edge_s` before the buffer's end while it was read).
@@ -42,7 +40,6 @@ class StreamingOptions:
     language: str | None = None
     task: str = "transcribe"
     step_s: float = 1.0
-    min_step_s: float = 0.5
     trim_s: float = 10.0
     max_buffer_s: float = 20.0
     policy: PolicyName = "alignatt"
@@ -61,8 +58,6 @@ class StreamingOptions:
     def __post_init__(self) -> None:
         if not 0.1 <= self.step_s <= 10.0:
             raise ValueError(f"step_s must be in [0.1, 10] seconds, got {self.step_s}")
-        if not 0.1 <= self.min_step_s <= 10.0:
-            raise ValueError(f"min_step_s must be in [0.1, 10] seconds, got {self.min_step_s}")
         if not 0 < self.trim_s <= self.max_buffer_s <= WINDOW_S - 2:
             raise ValueError(
                 f"need 0 < trim_s <= max_buffer_s <= {WINDOW_S - 2:g} s, got "

@@ -36,11 +36,6 @@ class CommitPolicy(Protocol):
         uncommitted words; audio_end_s: stream seconds where the pass's audio ends."""
         ...
 
-    def due_s(self, pending: Sequence[LiveWord]) -> float | None:
-        """Stream seconds from which a pass could commit the first of the last pass's
-        uncommitted words; None: no estimate (the regular step decides)."""
-        ...
-
 
 @dataclass(frozen=True)
 class LocalAgreement:
@@ -55,9 +50,6 @@ class LocalAgreement:
                 break
             agreed += 1
         return agreed
-
-    def due_s(self, pending: Sequence[LiveWord]) -> float | None:
-        return None  # any later pass may repeat a word: nothing says which
 
 
 @dataclass(frozen=True)
@@ -78,11 +70,6 @@ class AlignAtt:
             if word.peak is None or word.peak > limit:
                 return i
         return max(len(new) - 1, 0)
-
-    def due_s(self, pending: Sequence[LiveWord]) -> float | None:
-        if not pending or pending[0].peak is None:
-            return None
-        return pending[0].peak + self.edge_s
 
 
 def make_policy(name: str, edge_s: float) -> CommitPolicy:

@@ -10,8 +10,7 @@ How:
 
     append() -> inbox -> advance(): VAD per 32 ms chunk, admit audio into the buffer
                               buffer = contiguous audio not yet cut away (<= one 30 s window)
-    decode(): every `step_s` of new speech, or sooner when the policy says a word can be
-              committed (`schedule`): one pass over the whole buffer (`window_pass`);
+    decode(): every `step_s` of new speech: one pass over the whole buffer (`window_pass`);
               the commit policy (`policy`: LocalAgreement-2 or AlignAtt) says how many of the
               words after the committed ones become final.
 
@@ -60,7 +59,6 @@ from app.service.live.events import (
 )
 from app.service.live.options import StreamingOptions
 from app.service.live.policy import make_policy
-from app.service.live.schedule import PassSchedule
 from app.service.live.transcript import Transcript
 from app.service.live.units import LiveWord
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
@@ -91,7 +89,6 @@ class StreamingSession:
         self.options = options
         self.on_event = on_event or (lambda _e: None)
         self.policy = make_policy(options.policy, options.edge_s)
-        self.schedule = PassSchedule(options.step_s, min(options.min_step_s, options.step_s))
         self.passes = PassRunner(transcriber, options)
         self._vad_model = vad if options.vad is not None else None
         self._vad = self._new_vad()
@@ -269,18 +266,13 @@ class StreamingSession:
         return False
 
     def decode_due(self) -> bool:
-        """A pass has work: a finalization, or new audio in an open utterance (`schedule`)."""
+        """A pass has work: a finalization, or `step_s` of new audio in an open utterance."""
         if self._final_until is not None:
             return True
         if not self._open:
             return False
         new = self._buf.end - max(self._decoded_until, self._buf.start)
-        return self.schedule.due(
-            new / SAMPLE_RATE,
-            self._buf.end / SAMPLE_RATE,
-            self.policy.due_s(self._previous),
-            self._decode.last,
-        )
+        return new >= round(self.options.step_s * SAMPLE_RATE)
 
     @property
     def idle(self) -> bool:
