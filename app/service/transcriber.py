@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -71,6 +71,46 @@ PROMPT_TOKENS = 223  # the previous text a window is prompted with: n_text_ctx /
 MAX_HOTWORD_TOKENS = PROMPT_TOKENS // 2  # the rest stays for the previous text
 
 
+@dataclass
+class _LongForm:
+    """One transcription's state across its windows: what it reads (the mel, its options and
+    language), where it is (`seek`, in mel frames) and what it carries from window to window
+    (the text that prompts the next window, segment ids, the last word's end)."""
+
+    mel: np.ndarray  # [n_mels, content_frames + N_FRAMES]
+    content_frames: int
+    options: TranscriptionOptions
+    language: str
+    stats: TranscriptionStats
+    cancel: threading.Event | None
+    first_cross: list[np.ndarray] | None = None  # window 0's, when language detection made it
+    stream: TextStream | None = None
+    seek: int = 0
+    segment_id: int = 0
+    all_tokens: list[int] = field(default_factory=list)
+    prompt_reset_since: int = 0
+    hotwords: list[int] = field(default_factory=list)
+    last_speech: float = 0.0  # end of the last word, for word timing
+    rng: np.random.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.options.seed)
+
+    @property
+    def duration(self) -> float:
+        return self.content_frames * HOP_LENGTH / SAMPLE_RATE
+
+    def start_prompt(self, tok: Tokenizer) -> None:
+        """The initial prompt and hotwords (from the options) that prompt every window."""
+        prompt = self.options.initial_prompt
+        if prompt:
+            self.all_tokens.extend(
+                tok.encode(" " + prompt.strip()) if isinstance(prompt, str) else prompt
+            )
+        hotwords = self.options.hotwords
+        self.hotwords = tok.encode(" " + hotwords)[:MAX_HOTWORD_TOKENS] if hotwords else []
+
+
 class TranscriptionCancelled(Exception):
     """The caller's cancel event was set; the transcription stopped at the next decoder step."""
 
@@ -106,47 +146,48 @@ class Transcriber:
         if audio.ndim != 1:
             raise ValueError(f"audio must be 1-D [N] samples at 16 kHz, got shape {audio.shape}")
         self._check_cancel(cancel)
-        started = time.perf_counter()
         stats = TranscriptionStats(audio_s=audio.shape[0] / SAMPLE_RATE)
-        time_map: list[tuple[float, float]] | None = None
-        if options.vad_filter:
-            if self.vad is None:
-                raise ValueError(
-                    "vad_filter needs the Silero VAD model (models/silero_vad.onnx); "
-                    "this transcriber was built without one"
-                )
-            with stats.timed("vad_s"):
-                spans = speech_timestamps(self.vad, audio, options.vad_options)
-                time_map = speech_time_map(spans)
-                audio = collect_speech(audio, spans)
-            log.debug(
-                "VAD: %d speech regions, %.2f of %.2f s kept",
-                len(spans),
-                audio.shape[0] / SAMPLE_RATE,
-                stats.audio_s,
-            )
-
-        with stats.timed("mel_s"):
-            mel = log_mel_spectrogram(lift_quiet(audio), self.n_mels, padding=N_SAMPLES_PER_WINDOW)
-        content_frames = mel.shape[-1] - N_FRAMES
-
-        language = options.language
-        language_probability = 1.0
-        language_probs: dict[str, float] | None = None
-        first_cross: list[np.ndarray] | None = None
-        if language is None:
-            if self.multilingual:
-                first_cross = self._encode(mel, 0, content_frames, stats)
-                with stats.timed("language_s"):
-                    detection = detect_language(
-                        self.sessions, first_cross, self.tokenizer, options.kv_cache
+        with stats.timed("total_s"):  # the VAD, the mel and language detection
+            time_map: list[tuple[float, float]] | None = None
+            if options.vad_filter:
+                if self.vad is None:
+                    raise ValueError(
+                        "vad_filter needs the Silero VAD model (models/silero_vad.onnx); "
+                        "this transcriber was built without one"
                     )
-                language, language_probability = detection.language, detection.probability
-                language_probs = detection.probabilities
-                log.info("detected language %s (p=%.2f)", language, language_probability)
-            else:
-                language = "en"
-        stats.total_s = time.perf_counter() - started
+                with stats.timed("vad_s"):
+                    spans = speech_timestamps(self.vad, audio, options.vad_options)
+                    time_map = speech_time_map(spans)
+                    audio = collect_speech(audio, spans)
+                log.debug(
+                    "VAD: %d speech regions, %.2f of %.2f s kept",
+                    len(spans),
+                    audio.shape[0] / SAMPLE_RATE,
+                    stats.audio_s,
+                )
+
+            with stats.timed("mel_s"):
+                mel = log_mel_spectrogram(
+                    lift_quiet(audio), self.n_mels, padding=N_SAMPLES_PER_WINDOW
+                )
+            content_frames = mel.shape[-1] - N_FRAMES
+
+            language = options.language
+            language_probability = 1.0
+            language_probs: dict[str, float] | None = None
+            first_cross: list[np.ndarray] | None = None
+            if language is None:
+                if self.multilingual:
+                    first_cross = self._encode(mel, 0, content_frames, stats)
+                    with stats.timed("language_s"):
+                        detection = detect_language(
+                            self.sessions, first_cross, self.tokenizer, options.kv_cache
+                        )
+                    language, language_probability = detection.language, detection.probability
+                    language_probs = detection.probabilities
+                    log.info("detected language %s (p=%.2f)", language, language_probability)
+                else:
+                    language = "en"
 
         info = TranscriptionInfo(
             language=language,
@@ -157,9 +198,10 @@ class Transcriber:
             all_language_probs=language_probs,
             stats=stats,
         )
-        segments = self._generate(
-            mel, content_frames, options, language, first_cross, stats, on_delta, cancel
-        )
+        stream = TextStream(self.tokenizer, on_delta) if on_delta is not None else None
+        job = _LongForm(mel, content_frames, options, language, stats, cancel, first_cross, stream)
+        job.start_prompt(self.tokenizer)
+        segments = self._generate(job)
         if time_map is not None:
             segments = restore_times(segments, time_map, stats.audio_s)
         return segments, info
@@ -191,164 +233,135 @@ class Transcriber:
         stats.windows += 1
         return cross
 
-    def _generate(
-        self,
-        mel: np.ndarray,
-        content_frames: int,
-        options: TranscriptionOptions,
-        language: str,
-        first_cross: list[np.ndarray] | None,
-        stats: TranscriptionStats,
-        on_delta: Callable[[str], None] | None,
-        cancel: threading.Event | None,
-    ) -> Iterator[Segment]:
-        tok = self.tokenizer
-        rng = np.random.default_rng(options.seed)
-        stream = TextStream(tok, on_delta) if on_delta is not None else None
-        all_tokens: list[int] = []
-        prompt_reset_since = 0
-        if options.initial_prompt:
-            if isinstance(options.initial_prompt, str):
-                all_tokens.extend(tok.encode(" " + options.initial_prompt.strip()))
-            else:
-                all_tokens.extend(options.initial_prompt)
-        hotwords = (
-            tok.encode(" " + options.hotwords)[:MAX_HOTWORD_TOKENS] if options.hotwords else []
+    def _generate(self, job: _LongForm) -> Iterator[Segment]:
+        """The windows of one transcription, in order; the time spent on each (not the time
+        the consumer takes between segments) goes to `stats.total_s`."""
+        while job.seek < job.content_frames:
+            self._check_cancel(job.cancel)
+            with job.stats.timed("total_s"):
+                kept = self._window(job)
+            yield from kept
+        log.info("%s", job.stats.summary())
+
+    def _window(self, job: _LongForm) -> list[Segment]:
+        """Decode the window at `job.seek`, advance `job`, and return its segments."""
+        tok, options, stats = self.tokenizer, job.options, job.stats
+        seek = job.seek
+        time_offset = seek * HOP_LENGTH / SAMPLE_RATE  # seconds
+        segment_size = min(N_FRAMES, job.content_frames - seek)  # mel frames
+        segment_duration = segment_size * HOP_LENGTH / SAMPLE_RATE
+        features = job.mel[:, seek : seek + segment_size]  # [n_mels, segment_size]
+        if features.min() == features.max():
+            # constant features: no signal at all (digital silence), whatever the level;
+            # Whisper would write "you" here
+            log.debug("window at %.2f s: no signal, skipped", time_offset)
+            job.seek += segment_size
+            job.first_cross = None
+            return []
+        if seek == 0 and job.first_cross is not None:
+            cross, job.first_cross = job.first_cross, None
+        else:
+            cross = self._encode(job.mel, seek, job.content_frames, stats)
+
+        hotwords = job.hotwords
+        prompt = (
+            hotwords + job.all_tokens[job.prompt_reset_since :][-(PROMPT_TOKENS - len(hotwords)) :]
         )
-        seek = 0
-        segment_id = 0
-        last_speech = 0.0  # end of the last word, for word timing
-        duration = content_frames * HOP_LENGTH / SAMPLE_RATE
-        window_started = time.perf_counter()
+        window = (
+            WindowStream(job.stream, not options.without_timestamps, start=len(job.stream.sent))
+            if job.stream is not None
+            else None
+        )
+        result = self._decode_with_fallback(job, cross, prompt, window)
 
-        while seek < content_frames:
-            self._check_cancel(cancel)
-            time_offset = seek * HOP_LENGTH / SAMPLE_RATE  # seconds
-            segment_size = min(N_FRAMES, content_frames - seek)  # mel frames
-            segment_duration = segment_size * HOP_LENGTH / SAMPLE_RATE
-            features = mel[:, seek : seek + segment_size]  # [n_mels, segment_size]
-            if features.min() == features.max():
-                # constant features: no signal at all (digital silence), whatever the level;
-                # Whisper would write "you" here
-                log.debug("window at %.2f s: no signal, skipped", time_offset)
-                seek += segment_size
-                first_cross = None
-                continue
-            if seek == 0 and first_cross is not None:
-                cross = first_cross
-                first_cross = None
-            else:
-                cross = self._encode(mel, seek, content_frames, stats)
-
-            prompt = hotwords + all_tokens[prompt_reset_since:][-(PROMPT_TOKENS - len(hotwords)) :]
-            window = (
-                WindowStream(stream, not options.without_timestamps, start=len(stream.sent))
-                if stream is not None
-                else None
-            )
-            result = self._decode_with_fallback(
-                cross, options, language, prompt, seek, stats, rng, window, cancel
-            )
-
-            if judged_silent(
+        if judged_silent(
+            result.no_speech_prob,
+            result.avg_logprob,
+            tok.decode(result.tokens),
+            segment_duration,
+            options.no_speech_threshold,
+            options.log_prob_threshold,
+        ):
+            log.debug(
+                "window at %.2f s: no speech (p=%.2f, avg logprob %.2f), skipped",
+                time_offset,
                 result.no_speech_prob,
                 result.avg_logprob,
-                tok.decode(result.tokens),
-                segment_duration,
-                options.no_speech_threshold,
-                options.log_prob_threshold,
-            ):
-                log.debug(
-                    "window at %.2f s: no speech (p=%.2f, avg logprob %.2f), skipped",
-                    time_offset,
-                    result.no_speech_prob,
-                    result.avg_logprob,
-                )
-                seek += segment_size
-                continue
-
-            pieces, seek_delta = split_by_timestamps(
-                result.tokens, tok.timestamp_begin, segment_size, segment_duration
             )
-            previous_seek = seek
-            seek += seek_delta
-            if window is not None:
-                window.finish("".join(tok.decode(p.tokens) for p in pieces))
+            job.seek += segment_size
+            return []
 
-            kept: list[Segment] = []
-            for piece in pieces:
-                start = time_offset + piece.start
-                end = min(time_offset + piece.end, duration)
-                start = min(start, end)
-                text = tok.decode(piece.tokens)
-                if start == end or not text.strip():
-                    continue
-                kept.append(
-                    Segment(
-                        id=segment_id,
-                        seek=previous_seek,
-                        start=round(start, 3),
-                        end=round(end, 3),
-                        text=text,
-                        tokens=tuple(piece.tokens),
-                        temperature=result.temperature,
-                        avg_logprob=result.avg_logprob,
-                        compression_ratio=result.compression_ratio,
-                        no_speech_prob=result.no_speech_prob,
-                    )
+        pieces, seek_delta = split_by_timestamps(
+            result.tokens, tok.timestamp_begin, segment_size, segment_duration
+        )
+        job.seek += seek_delta
+        if window is not None:
+            window.finish("".join(tok.decode(p.tokens) for p in pieces))
+
+        kept: list[Segment] = []
+        for piece in pieces:
+            start = time_offset + piece.start
+            end = min(time_offset + piece.end, job.duration)
+            start = min(start, end)
+            text = tok.decode(piece.tokens)
+            if start == end or not text.strip():
+                continue
+            kept.append(
+                Segment(
+                    id=job.segment_id,
+                    seek=seek,
+                    start=round(start, 3),
+                    end=round(end, 3),
+                    text=text,
+                    tokens=tuple(piece.tokens),
+                    temperature=result.temperature,
+                    avg_logprob=result.avg_logprob,
+                    compression_ratio=result.compression_ratio,
+                    no_speech_prob=result.no_speech_prob,
                 )
-                segment_id += 1
-                all_tokens.extend(piece.tokens)
-                stats.tokens += len(piece.tokens)
-            if options.word_timestamps and kept:
-                with stats.timed("align_s"):
-                    window_audio = WindowAudio(
-                        cross,
-                        features,
-                        time_offset,
-                        tok.sot_sequence(language, options.task),  # type: ignore[arg-type]
-                        language,
-                        pad_to=self.n_text_ctx if options.kv_cache == "static" else None,
-                    )
-                    kept, last_speech = add_words(
-                        kept, self.sessions, tok, window_audio, last_speech
-                    )
-            del cross
-
-            if (
-                not options.condition_on_previous_text
-                or result.temperature > options.prompt_reset_on_temperature
-            ):
-                prompt_reset_since = len(all_tokens)
-
-            stats.total_s += time.perf_counter() - window_started
-            yield from kept
-            window_started = time.perf_counter()
-
-        stats.total_s += time.perf_counter() - window_started
-        log.info("%s", stats.summary())
+            )
+            job.segment_id += 1
+            job.all_tokens.extend(piece.tokens)
+            stats.tokens += len(piece.tokens)
+        if options.word_timestamps and kept:
+            with stats.timed("align_s"):
+                window_audio = WindowAudio(
+                    cross,
+                    features,
+                    time_offset,
+                    tok.sot_sequence(job.language, options.task),  # type: ignore[arg-type]
+                    job.language,
+                    pad_to=self.n_text_ctx if options.kv_cache == "static" else None,
+                )
+                kept, job.last_speech = add_words(
+                    kept, self.sessions, tok, window_audio, job.last_speech
+                )
+        if (
+            not options.condition_on_previous_text
+            or result.temperature > options.prompt_reset_on_temperature
+        ):
+            job.prompt_reset_since = len(job.all_tokens)
+        return kept
 
     def _decode_with_fallback(
         self,
+        job: _LongForm,
         cross: list[np.ndarray],
-        options: TranscriptionOptions,
-        language: str,
         prompt: list[int],
-        seek: int,
-        stats: TranscriptionStats,
-        rng: np.random.Generator,
         window: WindowStream | None,
-        cancel: threading.Event | None,
     ) -> DecodingResult:
+        options, seek = job.options, job.seek
         memo = PrefixMemo()  # this window's prefilled prompt, shared by every attempt
         rule = FallbackRule.of(options)
         results: list[DecodingResult] = []
         prefix = options.prefix if seek == 0 else None
         for attempt, temperature in enumerate(options.temperature):
             decoding = options.decoding_options(
-                temperature, language=language, prompt=prompt, prefix=prefix
+                temperature, language=job.language, prompt=prompt, prefix=prefix
             )
-            task = DecodingTask(self.sessions, cross, self.tokenizer, decoding, memo=memo, rng=rng)
+            task = DecodingTask(
+                self.sessions, cross, self.tokenizer, decoding, memo=memo, rng=job.rng
+            )
             on_token = None
             if window is not None:
                 # hold back retries, and windows that may be skipped as silence
@@ -356,10 +369,10 @@ class Transcriber:
                 window.new_attempt(live=attempt == 0 and not maybe_silent)
                 on_token = window.on_token
             try:
-                result = task.run(on_token, cancel)
+                result = task.run(on_token, job.cancel)
             except DecodingCancelled as e:
                 raise TranscriptionCancelled(str(e)) from e
-            stats.add_attempt(result, fallback=attempt > 0)
+            job.stats.add_attempt(result, fallback=attempt > 0)
             results.append(result)
             log.debug(
                 "seek %d, T=%.1f: %d tokens, avg logprob %.2f, compression %.2f, no-speech %.2f%s",
