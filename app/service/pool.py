@@ -9,6 +9,7 @@ was given (the transcriber checks it between decoder steps).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import threading
@@ -59,6 +60,7 @@ class WorkerPool:
         self._active = 0
         self._closed = False
         self._mean_job_s = 2.0  # running mean of job durations, for Retry-After
+        self._room_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     # ---- gauges -----------------------------------------------------------------------------
     @property
@@ -115,6 +117,18 @@ class WorkerPool:
             future.cancel()
             raise
 
+    async def room(self) -> None:
+        """Return once a job has finished since the call (a slot freed; another caller may
+        still take it first: `submit` decides)."""
+        waiter = (asyncio.get_running_loop(), asyncio.Event())
+        with self._lock:
+            self._room_waiters.append(waiter)
+        try:
+            await waiter[1].wait()
+        finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._room_waiters.remove(waiter)
+
     def shutdown(self, *, wait: bool = True) -> None:
         """Refuse new jobs, drop waiting ones, optionally wait for running ones."""
         with self._lock:
@@ -137,6 +151,10 @@ class WorkerPool:
     def _finished(self, _future: Future) -> None:
         with self._lock:
             self._pending -= 1
+            waiters, self._room_waiters = self._room_waiters, []
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):  # that loop is closed
+                loop.call_soon_threadsafe(event.set)
 
     def _retry_after_locked(self) -> int:
         """Seconds until a slot is likely free: queue length x mean job time / workers."""

@@ -126,3 +126,28 @@ def test_shutdown_refuses_new_jobs() -> None:
 def test_bad_sizes(workers: int, queue: int) -> None:
     with pytest.raises(ValueError):
         WorkerPool(workers, queue)
+
+
+def test_room_wakes_a_waiter_when_a_job_finishes() -> None:
+    """A caller refused with QueueFullError awaits `room()` (no polling) and gets in as soon as
+    a running job finishes."""
+
+    async def scenario() -> str:
+        pool = WorkerPool(workers=1, max_queue=0)
+        gate = threading.Event()
+        try:
+            first = asyncio.ensure_future(pool.run(blocker(gate)))
+            await asyncio.sleep(0)
+            with pytest.raises(QueueFullError):
+                pool.submit(lambda: "second")
+            room = asyncio.ensure_future(pool.room())
+            await asyncio.sleep(0.05)
+            assert not room.done(), "no job finished yet"
+            gate.set()
+            await asyncio.wait_for(room, 5)
+            await first
+            return await pool.run(lambda: "second")
+        finally:
+            pool.shutdown()
+
+    assert asyncio.run(scenario()) == "second"

@@ -6,8 +6,8 @@
     close():     flush (the resampler drained too), then wait until the session is idle
 
 The session's events are handed to `on_event` on the event loop, in order. A pass the pool has
-no room for waits `QUEUE_RETRY_S` and is tried again (the audio waits in the inbox and the next
-pass covers it); a closed pool (server shutdown) ends the session with `PoolClosedError`. The
+no room for waits until a job finishes and is tried again (the audio waits in the inbox and the
+next pass covers it); a closed pool (server shutdown) ends the session with `PoolClosedError`. The
 limits (`LiveLimits`) are checked as audio arrives (`LimitExceeded`).
 """
 
@@ -29,8 +29,6 @@ from app.service.pool import QueueFullError, WorkerPool
 from app.service.transcriber import Transcriber
 
 log = logging.getLogger(__name__)
-
-QUEUE_RETRY_S = 0.25  # wait before retrying a pass the pool had no room for
 
 
 @dataclass(frozen=True)
@@ -161,4 +159,4 @@ class LiveRunner:
                 await self.pool.run(lambda: self.session.decode(self.cancel), self.cancel)
                 return
             except QueueFullError:
-                await asyncio.sleep(QUEUE_RETRY_S)  # the audio waits in the inbox; retry
+                await self.pool.room()  # the audio waits in the inbox; retry
