@@ -29,6 +29,7 @@ from app.api.deps import Readiness
 from app.api.errors import install_error_handlers
 from app.api.limits import UploadLimitMiddleware
 from app.api.live import audio_stream, page, realtime
+from app.api.live.connection import OpenSessions
 from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, models
 from app.api.wyoming import WyomingServer
@@ -207,12 +208,12 @@ async def _shut_down_in_order(
         log.info("shutdown: draining (/health 503), serving for %.1f s more", delay)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(hurry.wait(), delay)
-    if getattr(app.state, "stream_sessions", 0) and not hurry.is_set():
-        log.info("shutdown: ending %d live session(s) first", app.state.stream_sessions)
+    sessions: OpenSessions = app.state.stream_sessions
+    if sessions.count and not hurry.is_set():
+        log.info("shutdown: ending %d live session(s) first", sessions.count)
         app.state.stream_drain.set()
-        deadline = time.monotonic() + STREAM_DRAIN_S
-        while getattr(app.state, "stream_sessions", 0) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(sessions.none(), STREAM_DRAIN_S)
     app.state.stream_drain.set()  # sessions opened from now on are refused
     uvicorn_exit(signum, None)
 
@@ -228,9 +229,8 @@ async def _drain(pool: WorkerPool, timeout_s: float) -> None:
     pool.shutdown(wait=False)
     if stats.active:
         log.info("shutdown: waiting for %d running job(s)", stats.active)
-    deadline = time.monotonic() + timeout_s
-    while pool.active and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(pool.drained(), timeout_s)
     if pool.active:
         log.warning("shutdown: %d job(s) still running after %.0f s", pool.active, timeout_s)
 
@@ -258,6 +258,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.pool = pool
     app.state.stream_drain = asyncio.Event()  # set at shutdown: live sessions end (app/api/live)
+    app.state.stream_sessions = OpenSessions()
     app.state.registry = build_registry(settings)
 
     install_error_handlers(app)

@@ -120,14 +120,12 @@ class WorkerPool:
     async def room(self) -> None:
         """Return once a job has finished since the call (a slot freed; another caller may
         still take it first: `submit` decides)."""
-        waiter = (asyncio.get_running_loop(), asyncio.Event())
-        with self._lock:
-            self._room_waiters.append(waiter)
-        try:
-            await waiter[1].wait()
-        finally:
-            with self._lock, contextlib.suppress(ValueError):
-                self._room_waiters.remove(waiter)
+        await self._finish_unless(lambda: False)
+
+    async def drained(self) -> None:
+        """Return once no job is running or waiting."""
+        while not await self._finish_unless(lambda: self._pending == 0):
+            pass
 
     def shutdown(self, *, wait: bool = True) -> None:
         """Refuse new jobs, drop waiting ones, optionally wait for running ones."""
@@ -147,6 +145,21 @@ class WorkerPool:
             with self._lock:
                 self._active -= 1
                 self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * elapsed
+
+    async def _finish_unless(self, done: Callable[[], bool]) -> bool:
+        """True at once when `done()` (checked under the lock, so no finish is missed); else
+        wait for the next job to finish and return False."""
+        waiter = (asyncio.get_running_loop(), asyncio.Event())
+        with self._lock:
+            if done():
+                return True
+            self._room_waiters.append(waiter)
+        try:
+            await waiter[1].wait()
+        finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._room_waiters.remove(waiter)
+        return False
 
     def _finished(self, _future: Future) -> None:
         with self._lock:

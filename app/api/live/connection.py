@@ -193,7 +193,7 @@ async def serve(
     presented = websocket_key(websocket) or websocket.query_params.get("api_key")
     readiness: Readiness = app.state.readiness
     drain: asyncio.Event = app.state.stream_drain
-    open_sessions: int = getattr(app.state, "stream_sessions", 0)
+    sessions: OpenSessions = app.state.stream_sessions
     refusal: LiveError | None = None
     if not key_matches(settings.api_key, presented):
         message = "Incorrect API key provided." if presented else "You didn't provide an API key."
@@ -204,7 +204,7 @@ async def serve(
     elif drain.is_set() or readiness.draining:
         refusal = LiveError("the server is shutting down; reconnect", "shutting_down",
                             close=CLOSE_TRY_AGAIN, type_="server_error")  # fmt: skip
-    elif open_sessions >= settings.stream_max_sessions:
+    elif sessions.count >= settings.stream_max_sessions:
         refusal = LiveError(
             f"too many live sessions ({settings.stream_max_sessions}); retry later",
             "too_many_sessions", close=CLOSE_TRY_AGAIN, type_="server_error",
@@ -214,18 +214,40 @@ async def serve(
             await websocket.send_text(error_event(refusal).model_dump_json())
             await websocket.close(code=refusal.close or CLOSE_POLICY, reason=refusal.code)
         return
-    app.state.stream_sessions = open_sessions + 1
     metrics = getattr(app.state, "metrics", None)
     if metrics is not None:
         metrics.active_streams.inc()
     try:
-        registry: ModelRegistry = app.state.registry
-        deps = LiveDeps(settings, registry, app.state.pool, registry.vad, drain)
-        await connection(websocket, deps).run()
+        with sessions:
+            registry: ModelRegistry = app.state.registry
+            deps = LiveDeps(settings, registry, app.state.pool, registry.vad, drain)
+            await connection(websocket, deps).run()
     finally:
-        app.state.stream_sessions -= 1
         if metrics is not None:
             metrics.active_streams.dec()
+
+
+class OpenSessions:
+    """How many live sessions are open (`with sessions:` around one); `none()` returns once
+    none is (the shutdown waits on it). Event loop only."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def __enter__(self) -> OpenSessions:
+        self.count += 1
+        self._none.clear()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.count -= 1
+        if not self.count:
+            self._none.set()
+
+    async def none(self) -> None:
+        await self._none.wait()
 
 
 class LiveConnection(ABC):
