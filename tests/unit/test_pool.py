@@ -156,18 +156,21 @@ def test_room_wakes_a_waiter_when_a_job_finishes() -> None:
 def test_drained_returns_once_running_and_waiting_jobs_are_done() -> None:
     async def scenario() -> None:
         pool = WorkerPool(workers=1, max_queue=1)
-        gate = threading.Event()
+        first_gate, second_gate = threading.Event(), threading.Event()
         try:
             await asyncio.wait_for(pool.drained(), 1)  # nothing to wait for
-            jobs = [asyncio.ensure_future(pool.run(blocker(gate))) for _ in range(2)]
+            first = asyncio.ensure_future(pool.run(blocker(first_gate)))
+            second = asyncio.ensure_future(pool.run(blocker(second_gate)))
             await asyncio.sleep(0)
             drained = asyncio.ensure_future(pool.drained())
-            await asyncio.sleep(0.05)
-            assert not drained.done(), "two jobs are still there"
-            gate.set()
+            first_gate.set()
+            await first
+            await asyncio.sleep(0.05)  # drained() wakes on that finish, and waits on
+            assert not drained.done(), "the second job is still running"
+            second_gate.set()
             await asyncio.wait_for(drained, 5)
             assert pool.stats().active == pool.stats().queued == 0
-            await asyncio.gather(*jobs)
+            await second
         finally:
             pool.shutdown()
 
