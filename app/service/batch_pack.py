@@ -65,12 +65,12 @@ class PendingCall:
 
 @dataclass(eq=False)
 class EncodeCall(PendingCall):
-    features: np.ndarray = field(default=None)  # type: ignore[assignment]  # f32 [B, n_mels, 3000]
+    features: np.ndarray  # f32 [B, n_mels, 3000]
 
 
 @dataclass(eq=False)
 class DecodeCall(PendingCall):
-    inputs: DecoderInputs = field(default=None)  # type: ignore[assignment]
+    inputs: DecoderInputs
 
     @classmethod
     def of(cls, caller: int, inputs: DecoderInputs) -> DecodeCall:
