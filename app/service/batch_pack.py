@@ -2,8 +2,9 @@
 
 `DecodeCall` / `EncodeCall`: one caller's model call, waiting for its result. `Layout`: where
 each call's rows sit in one batched decoder call; `pack_by_slot` (windows in the cross K/V
-slab) and `pack_groups` (the others) make them. `InputScratch`: a lane's input arrays, kept
-from one step to the next. Pure data and packing: the scheduler (`app.service.batching`) runs
+slab) and `pack_groups` (the others) make them; `stacked_cross` copies a group's cross K/V
+together when they are not in the slab. `InputScratch`: a lane's input arrays, kept from one
+step to the next. Pure data and packing: the scheduler (`app.service.batching`) runs
 the calls.
 """
 
@@ -108,6 +109,24 @@ def padding(layout: Layout) -> float:
     longest = max(c.past_len for c in layout.calls)
     used = sum(c.rows * c.past_len for c in layout.calls)
     return 1.0 - used / (layout.rows * longest) if longest else 0.0
+
+
+def stacked_cross(stacked: dict, key: tuple, layout: Layout) -> list[np.ndarray]:
+    """Cross K/V of the layout's rows stacked along the batch axis ([R, H, 1500, Dh] per
+    layer; a batch-1 window is repeated over its rows); reused while the members stay.
+    `stacked`: a lane's copies by group membership (`key`), kept between steps."""
+    found = stacked.get(key)
+    if found is not None and all(a is c.cross for a, c in zip(found[0], layout.calls, strict=True)):
+        return found[1]
+    arrays = []
+    for layer in range(len(layout.calls[0].cross)):
+        first = layout.calls[0].cross[layer]
+        out = np.empty((layout.rows, *first.shape[1:]), first.dtype)
+        for call, offset in zip(layout.calls, layout.offsets, strict=True):
+            out[offset : offset + call.rows] = call.cross[layer]  # broadcasts batch 1
+        arrays.append(out)
+    stacked[key] = ([c.cross for c in layout.calls], arrays)
+    return arrays
 
 
 class InputScratch:

@@ -58,6 +58,7 @@ from app.service.batch_pack import (
     pack_by_slot,
     pack_groups,
     padding,
+    stacked_cross,
 )
 from app.service.batch_records import (
     BatchingOptions,
@@ -299,7 +300,7 @@ class BatchingSessions:
                     continue
                 key = tuple((id(c.cross), c.rows, new_tokens) for c in layout.calls)
                 live_keys.add(key)
-                self._decode_group(layout, self._stacked_cross(stacked, key, layout), scratch)
+                self._decode_group(layout, stacked_cross(stacked, key, layout), scratch)
         # stacked copies and input arrays of groups that did not run this step are dropped
         for key in list(stacked):
             if key not in live_keys:
@@ -378,24 +379,6 @@ class BatchingSessions:
                 self.stats.decode_rows += rows
             else:
                 self.stats.prefill_calls += 1
-
-    def _stacked_cross(self, stacked: dict, key: tuple, layout: Layout) -> list[np.ndarray]:
-        """Cross K/V of the layout's rows stacked along the batch axis ([R, H, 1500, Dh] per
-        layer; a batch-1 window is repeated over its rows); reused while the members stay."""
-        found = stacked.get(key)
-        if found is not None and all(
-            a is c.cross for a, c in zip(found[0], layout.calls, strict=True)
-        ):
-            return found[1]
-        arrays = []
-        for layer in range(len(layout.calls[0].cross)):
-            first = layout.calls[0].cross[layer]
-            out = np.empty((layout.rows, *first.shape[1:]), first.dtype)
-            for call, offset in zip(layout.calls, layout.offsets, strict=True):
-                out[offset : offset + call.rows] = call.cross[layer]  # broadcasts batch 1
-            arrays.append(out)
-        stacked[key] = ([c.cross for c in layout.calls], arrays)
-        return arrays
 
     def _encode(self, calls: list[EncodeCall]) -> None:
         started = time.perf_counter()
