@@ -63,6 +63,13 @@ class PendingCall:
         self.result, self.error = result, error
         self.done.set()
 
+    def outcome(self) -> object:
+        """Block until finished: the result, or raise the error."""
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
 
 @dataclass(eq=False)
 class EncodeCall(PendingCall):

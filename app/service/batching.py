@@ -158,7 +158,7 @@ class BatchingSessions:
             self._last_callers.discard(call.caller)
             self._previous_callers.discard(call.caller)
             self._cond.notify_all()
-        return self._wait(call)
+        return call.outcome()  # type: ignore[return-value]
 
     def decode(
         self,
@@ -183,7 +183,7 @@ class BatchingSessions:
             self._check_open()
             self._pending.append(call)
             self._cond.notify_all()
-        return self._wait(call)  # type: ignore[return-value]
+        return call.outcome()  # type: ignore[return-value]
 
     def align(
         self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]
@@ -208,13 +208,6 @@ class BatchingSessions:
     def _check_open(self) -> None:
         if self._closed:
             raise SchedulerClosedError("the model scheduler is closed")
-
-    @staticmethod
-    def _wait(call):  # type: ignore[no-untyped-def]
-        call.done.wait()
-        if call.error is not None:
-            raise call.error
-        return call.result
 
     def _decoder_lane(self) -> None:
         # stacked cross K/V per group membership: key -> (the members' cross lists, stacked)

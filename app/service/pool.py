@@ -60,7 +60,7 @@ class WorkerPool:
         self._active = 0
         self._closed = False
         self._mean_job_s = 2.0  # running mean of job durations, for Retry-After
-        self._room_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._finish_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     # ---- gauges -----------------------------------------------------------------------------
     @property
@@ -153,18 +153,18 @@ class WorkerPool:
         with self._lock:
             if done():
                 return True
-            self._room_waiters.append(waiter)
+            self._finish_waiters.append(waiter)
         try:
             await waiter[1].wait()
         finally:
             with self._lock, contextlib.suppress(ValueError):
-                self._room_waiters.remove(waiter)
+                self._finish_waiters.remove(waiter)
         return False
 
     def _finished(self, _future: Future) -> None:
         with self._lock:
             self._pending -= 1
-            waiters, self._room_waiters = self._room_waiters, []
+            waiters, self._finish_waiters = self._finish_waiters, []
         for loop, event in waiters:
             with contextlib.suppress(RuntimeError):  # that loop is closed
                 loop.call_soon_threadsafe(event.set)

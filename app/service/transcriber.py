@@ -277,7 +277,7 @@ class Transcriber:
         if judged_silent(
             result.no_speech_prob,
             result.avg_logprob,
-            tok.decode(result.tokens),
+            result.text,
             segment_duration,
             options.no_speech_threshold,
             options.log_prob_threshold,

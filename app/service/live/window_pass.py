@@ -108,7 +108,7 @@ class PassRunner:
         silent = not prefix and judged_silent(
             result.no_speech_prob,
             result.avg_logprob,
-            tok.decode(result.tokens),
+            result.text,
             duration,
             self.options.no_speech_threshold,
             self.options.log_prob_threshold,
