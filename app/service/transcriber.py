@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 
@@ -83,32 +83,29 @@ class _LongForm:
     language: str
     stats: TranscriptionStats
     cancel: threading.Event | None
+    tok: InitVar[Tokenizer]  # encodes the options' initial prompt and hotwords
     first_cross: list[np.ndarray] | None = None  # window 0's, when language detection made it
     stream: TextStream | None = None
     seek: int = 0
     segment_id: int = 0
     all_tokens: list[int] = field(default_factory=list)
     prompt_reset_since: int = 0
-    hotwords: list[int] = field(default_factory=list)
+    hotwords: list[int] = field(init=False)
     last_speech: float = 0.0  # end of the last word, for word timing
     rng: np.random.Generator = field(init=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, tok: Tokenizer) -> None:
         self.rng = np.random.default_rng(self.options.seed)
+        prompt, hotwords = self.options.initial_prompt, self.options.hotwords
+        if prompt:  # the initial prompt and the hotwords prompt every window
+            self.all_tokens.extend(
+                tok.encode(" " + prompt.strip()) if isinstance(prompt, str) else prompt
+            )
+        self.hotwords = tok.encode(" " + hotwords)[:MAX_HOTWORD_TOKENS] if hotwords else []
 
     @property
     def duration(self) -> float:
         return self.content_frames * HOP_LENGTH / SAMPLE_RATE
-
-    def start_prompt(self, tok: Tokenizer) -> None:
-        """The initial prompt and hotwords (from the options) that prompt every window."""
-        prompt = self.options.initial_prompt
-        if prompt:
-            self.all_tokens.extend(
-                tok.encode(" " + prompt.strip()) if isinstance(prompt, str) else prompt
-            )
-        hotwords = self.options.hotwords
-        self.hotwords = tok.encode(" " + hotwords)[:MAX_HOTWORD_TOKENS] if hotwords else []
 
 
 class TranscriptionCancelled(Exception):
@@ -199,8 +196,10 @@ class Transcriber:
             stats=stats,
         )
         stream = TextStream(self.tokenizer, on_delta) if on_delta is not None else None
-        job = _LongForm(mel, content_frames, options, language, stats, cancel, first_cross, stream)
-        job.start_prompt(self.tokenizer)
+        job = _LongForm(
+            mel, content_frames, options, language, stats, cancel, self.tokenizer,
+            first_cross, stream,
+        )  # fmt: skip
         segments = self._generate(job)
         if time_map is not None:
             segments = restore_times(segments, time_map, stats.audio_s)
