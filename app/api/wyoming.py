@@ -46,6 +46,7 @@ from wyoming.server import AsyncTcpServer
 from app.api.deps import Readiness
 from app.api.discovery import WyomingAnnouncement
 from app.api.live.connection import LiveDeps
+from app.api.wyoming_framing import BoundedReader, WyomingError
 from app.config import Settings
 from app.service.jobs import model_language, model_languages
 from app.service.live import (
@@ -73,38 +74,6 @@ FINAL_PASS_MAX_S = 120.0  # utterances up to this long get the whole-utterance t
 BEAM_SIZE = 1  # voice commands: greedy, as Home Assistant's own Whisper add-on defaults to
 ATTRIBUTION = Attribution(name="OpenAI", url="https://github.com/openai/whisper")
 PROGRAM = Attribution(name="stt-openvino", url="https://github.com/openai/whisper")
-
-
-class WyomingError(Exception):
-    """A problem to report as an `error` event; `close` ends the connection after it."""
-
-    def __init__(self, text: str, code: str, *, close: bool = False) -> None:
-        super().__init__(text)
-        self.code = code
-        self.close = close
-
-
-class BoundedReader:
-    """The two reads `wyoming.event.async_read_event` makes, refused above the limits before
-    any byte of an oversized payload is read (the framing itself stays the package's)."""
-
-    def __init__(self, reader: asyncio.StreamReader, max_payload: int) -> None:
-        self.reader = reader
-        self.max_payload = max_payload
-
-    async def readline(self) -> bytes:
-        try:
-            return await self.reader.readline()
-        except (asyncio.LimitOverrunError, ValueError) as e:  # a line over the reader's limit
-            raise WyomingError("event header too long", "message_too_large", close=True) from e
-
-    async def readexactly(self, n: int) -> bytes:
-        if n > self.max_payload:
-            raise WyomingError(
-                f"event of {n} bytes is larger than the limit of {self.max_payload}",
-                "message_too_large", close=True,
-            )  # fmt: skip
-        return await self.reader.readexactly(n)
 
 
 class WyomingServer:
