@@ -46,7 +46,7 @@ from wyoming.server import AsyncTcpServer
 from app.api.deps import Readiness
 from app.api.discovery import WyomingAnnouncement
 from app.api.live.connection import LiveDeps
-from app.api.wyoming_framing import BoundedReader, WyomingError
+from app.api.wyoming_framing import BoundedReader, WyomingError, close_gently
 from app.config import Settings
 from app.service.jobs import model_language, model_languages
 from app.service.live import (
@@ -164,8 +164,7 @@ class SttHandler:
         finally:
             server.clients -= 1
             await self._end_utterance()
-            with contextlib.suppress(Exception):
-                self.writer.close()
+            await close_gently(self.reader.reader, self.writer)
 
     async def _serve(self) -> None:
         while True:

@@ -1,6 +1,6 @@
-"""Wyoming framing with limits: the errors reported as `error` events, and a reader that refuses
-an oversized event before reading its payload (the framing itself stays the `wyoming`
-package's)."""
+"""Wyoming framing with limits: the errors reported as `error` events, a reader that refuses an
+oversized event before reading its payload (the framing itself stays the `wyoming` package's),
+and a close that lets the client read the last event."""
 
 from __future__ import annotations
 
@@ -37,3 +37,24 @@ class BoundedReader:
                 "message_too_large", close=True,
             )  # fmt: skip
         return await self.reader.readexactly(n)
+
+
+LINGER_S = 2.0  # at most this long, the bytes a client still sends are read and dropped at close
+
+
+async def close_gently(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """End a connection whose client may still be sending (an oversized event's payload, audio
+    after an error): half-close, so the client reads our last event and then the end of the
+    stream, and drop what it still sends for up to `LINGER_S`. Closing with its bytes unread
+    would make the kernel reset the connection, and a reset can discard our last event (the
+    error that says why) before the client reads it."""
+    try:
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(LINGER_S):
+            while await reader.read(1 << 16):
+                pass
+    except (TimeoutError, ConnectionError, RuntimeError, OSError):
+        pass
+    finally:
+        writer.close()

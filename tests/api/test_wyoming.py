@@ -239,6 +239,27 @@ def test_oversized_chunk_closes_the_connection(server) -> None:
     assert not any(Info.is_type(e.type) for e in received)  # closed before the describe
 
 
+def test_a_client_still_sending_after_a_closing_error_reads_it_and_then_the_end(server) -> None:
+    """The server closes after an oversized event without reading its payload; closing with
+    bytes unread would reset the connection, which loses the error event or fails the client's
+    next write. It half-closes and drops what the client still sends instead."""
+    big = AudioChunk(rate=16000, width=2, channels=1, audio=b"\1" * (MAX_FRAME_KB * 1024 * 4))
+    more = AudioChunk(rate=16000, width=2, channels=1, audio=b"\0\0" * 1600)
+
+    async def run() -> tuple[Event | None, Event | None]:
+        async with AsyncTcpClient("127.0.0.1", server[1]) as client:
+            await client.write_event(big.event())
+            error = await asyncio.wait_for(client.read_event(), 30)
+            for _ in range(20):  # the server has closed its side: these still go through
+                await client.write_event(more.event())
+            end = await asyncio.wait_for(client.read_event(), 30)
+        return error, end
+
+    error, end = asyncio.run(run())
+    assert error is not None and errors([error]) == ["message_too_large"]
+    assert end is None  # the end of the stream, not a reset
+
+
 def test_a_silent_client_is_dropped_and_others_go_on(server) -> None:
     async def silent() -> tuple[list[Event], float]:
         started = time.monotonic()
