@@ -84,7 +84,7 @@ class WorkerPool:
         with self._lock:
             if self._closed:
                 raise PoolClosedError("the server is shutting down")
-            if self._pending >= self.workers + self.max_queue:
+            if self._full_locked():
                 retry = self._retry_after_locked()
                 raise QueueFullError(
                     f"server busy: {self._active} transcriptions running and "
@@ -118,9 +118,10 @@ class WorkerPool:
             raise
 
     async def room(self) -> None:
-        """Return once a job has finished since the call (a slot freed; another caller may
-        still take it first: `submit` decides)."""
-        await self._finish_unless(lambda: False)
+        """Return once a job could be accepted: at once if the pool has room, else when a job
+        finishes (another caller may still take the slot first: `submit` decides). Checked
+        under the lock, so jobs that finished after a refusal are not waited for."""
+        await self._finish_unless(lambda: not self._full_locked())
 
     async def drained(self) -> None:
         """Return once no job is running or waiting."""
@@ -168,6 +169,9 @@ class WorkerPool:
         for loop, event in waiters:
             with contextlib.suppress(RuntimeError):  # that loop is closed
                 loop.call_soon_threadsafe(event.set)
+
+    def _full_locked(self) -> bool:
+        return self._pending >= self.workers + self.max_queue
 
     def _retry_after_locked(self) -> int:
         """Seconds until a slot is likely free: queue length x mean job time / workers."""

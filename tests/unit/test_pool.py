@@ -153,6 +153,27 @@ def test_room_wakes_a_waiter_when_a_job_finishes() -> None:
     assert asyncio.run(scenario()) == "second"
 
 
+def test_room_returns_at_once_when_the_refusing_job_finished_before_the_wait() -> None:
+    """A refusal, then the only running job finishes before the caller awaits `room()`: no
+    job will finish again, so `room()` must see the free slot instead of waiting for one."""
+
+    async def scenario() -> None:
+        pool = WorkerPool(workers=1, max_queue=0)
+        gate = threading.Event()
+        try:
+            first = asyncio.ensure_future(pool.run(blocker(gate)))
+            await asyncio.sleep(0)
+            with pytest.raises(QueueFullError):
+                pool.submit(lambda: "second")
+            gate.set()
+            await first
+            await asyncio.wait_for(pool.room(), 5)
+        finally:
+            pool.shutdown()
+
+    asyncio.run(scenario())
+
+
 def test_drained_returns_once_running_and_waiting_jobs_are_done() -> None:
     async def scenario() -> None:
         pool = WorkerPool(workers=1, max_queue=1)
