@@ -54,7 +54,7 @@ async def close_gently(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         async with asyncio.timeout(LINGER_S):
             while await reader.read(1 << 16):
                 pass
-    except (TimeoutError, ConnectionError, RuntimeError, OSError):
+    except (OSError, RuntimeError):  # the linger's end (TimeoutError), a reset, a closed loop
         pass
     finally:
         writer.close()
