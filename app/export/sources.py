@@ -23,7 +23,8 @@ from app.export.ct2 import ct2_to_hf, read_model_bin
 from app.export.errors import BuildError
 from app.export.weights import WhisperWeights
 
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# a model folder's name: a catalog name, an alias, or a repository id with "/" written as "--"
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,199}$")
 
 
 @dataclass(frozen=True)
