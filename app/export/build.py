@@ -86,8 +86,13 @@ def build_model(
     source_folder: Path | None = None,
     skip_existing: bool = False,
     progress: bool = True,
+    source: ResolvedSource | None = None,
 ) -> BuildSummary | None:
-    """Build `models_dir/name`; returns None when it exists and `skip_existing` is set."""
+    """Build `models_dir/name`; returns None when it exists and `skip_existing` is set.
+
+    The weights come from `source` when given (e.g. a Hub snapshot), else from `source_folder`,
+    else from the catalog.
+    """
     if not MODEL_NAME.match(name):
         raise BuildError(f"invalid model name {name!r}: use letters, digits, '.', '_' or '-'")
     if precision not in PRECISIONS:
@@ -107,11 +112,12 @@ def build_model(
     steps = tqdm(total=6, desc=f"build {name}", unit="step", disable=not progress)
     try:
         steps.set_postfix_str("fetching weights")
-        source: ResolvedSource = (
-            resolve_local_folder(source_folder)
-            if source_folder is not None
-            else fetch_catalog_model(name, Path(cache_dir))
-        )
+        if source is None:
+            source = (
+                resolve_local_folder(source_folder)
+                if source_folder is not None
+                else fetch_catalog_model(name, Path(cache_dir))
+            )
         steps.update()
         steps.set_postfix_str("reading weights")
         weights = source.load_weights()

@@ -21,6 +21,7 @@ import numpy as np
 
 from app.export.ct2 import ct2_to_hf, read_model_bin
 from app.export.errors import BuildError
+from app.export.layouts import check_config, pick_layout
 from app.export.weights import WhisperWeights
 
 # a model folder's name: a catalog name, an alias, or a repository id with "/" written as "--"
@@ -148,36 +149,33 @@ def _hf_generation_config(folder: Path) -> GenerationConfig:
     )
 
 
-def resolve_local_folder(folder: Path) -> ResolvedSource:
-    """A folder of CTranslate2 or Hugging Face Whisper weights."""
+def resolve_local_folder(folder: Path, description: dict | None = None) -> ResolvedSource:
+    """A folder of CTranslate2 or Transformers Whisper weights (a Hub snapshot's symlinks too).
+
+    Only the files its layout needs are read (`app.export.layouts`); `description` replaces the
+    default `{"kind": "folder", ...}` in the manifest's source.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise BuildError(f"{folder} is not a folder")
-    tokenizer = folder / "tokenizer.json"
-    if not tokenizer.is_file():
-        raise BuildError(f"{folder} has no tokenizer.json")
-    parts = sorted(folder.glob("model.bin.part*")) or (
-        [folder / "model.bin"] if (folder / "model.bin").is_file() else []
-    )
-    if parts:
-        return ResolvedSource(
-            weights_files=tuple(parts),
-            tokenizer=tokenizer,
-            generation=_ct2_generation_config(folder / "config.json"),
-            description={"kind": "folder", "format": "ct2", "path": str(folder.resolve())},
-        )
-    safetensors = sorted(folder.glob("*.safetensors"))
-    if safetensors and (folder / "config.json").is_file():
-        return ResolvedSource(
-            weights_files=tuple(safetensors),
-            tokenizer=tokenizer,
-            generation=_hf_generation_config(folder),
-            format="hf",
-            description={"kind": "folder", "format": "hf", "path": str(folder.resolve())},
-        )
-    raise BuildError(
-        f"{folder} holds no Whisper weights: expected model.bin (CTranslate2) "
-        f"or config.json + *.safetensors (Hugging Face)"
+    layout = pick_layout((p.name for p in folder.iterdir() if p.is_file()), str(folder))
+    check_config(folder, layout, str(folder))
+    described = description or {
+        "kind": "folder",
+        "format": layout.format,
+        "path": str(folder.resolve()),
+    }
+    if layout.format == "ct2":
+        config = folder / layout.config if layout.config else folder / "config.json"
+        generation = _ct2_generation_config(config)
+    else:
+        generation = _hf_generation_config(folder)
+    return ResolvedSource(
+        weights_files=tuple(folder / w for w in layout.weights),
+        tokenizer=folder / layout.tokenizer,
+        generation=generation,
+        description=described,
+        format=layout.format,
     )
 
 
