@@ -5,20 +5,33 @@ their index, config.json with WhisperConfig's fields, generation_config.json wit
 heads and suppressed tokens of the package's config.json, tokenizer.json); `ct2_repo` writes the
 CTranslate2 layout faster-whisper repositories use (model.bin, config.json, tokenizer.json,
 vocabulary.txt). Both add files a Whisper repository also holds that no build needs (PyTorch and
-Flax weights, a README), so tests can check those are never downloaded.
+Flax weights, a README), so tests can check those are never downloaded. `base_repos` lays both out
+once per test process; `run_cli`/`run_obtain`/`run_fetch` run the export in a fresh interpreter
+with the Hub settings in its environment (huggingface_hub reads HF_ENDPOINT and HF_HOME when it is
+imported, so a process of its own is how a user's setting reaches it).
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save_file
 
 from app.export.ct2 import ct2_to_hf, read_model_bin
-from app.export.sources import ResolvedSource
+from app.export.sources import ResolvedSource, catalog, fetch_catalog_model
+from tests.conftest import REPO, WEIGHTS_CACHE
+
+ORG = "test-org"
+HF_REPO, CT2_REPO = f"{ORG}/whisper-base", f"{ORG}/faster-whisper-base"
 
 UNNEEDED = {
     "pytorch_model.bin": b"\0" * 4096,
@@ -127,3 +140,76 @@ def ct2_repo(source: ResolvedSource, ct2_config: Path, folder: Path) -> Path:
     (folder / "vocabulary.txt").write_text("\n".join(sorted(vocab, key=vocab.get)) + "\n")
     _write_unneeded(folder)
     return folder
+
+
+@functools.cache
+def base_repos() -> Path:
+    """A Hub tree `root/<org>/<name>` with the catalog's base weights in both layouts (made once
+    per process, removed at exit); `openai/whisper-small` is the Transformers one under the name
+    the alias `small` points at."""
+    root = Path(tempfile.mkdtemp(prefix="hub-repos-"))
+    atexit.register(shutil.rmtree, root, True)
+    source = fetch_catalog_model("base", WEIGHTS_CACHE)
+    transformers_repo(source, root / HF_REPO)
+    ct2_repo(source, WEIGHTS_CACHE / "base" / catalog()["base"]["config"], root / CT2_REPO)
+    (root / "openai").mkdir()
+    (root / "openai" / "whisper-small").symlink_to(root / HF_REPO)
+    return root
+
+
+def hub_env(url: str, hf_home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a user whose Hub is `url` and whose Hugging Face home is `hf_home`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(HF_ENDPOINT=url, HF_HOME=str(hf_home), HF_HUB_DISABLE_TELEMETRY="1", **extra)
+    return env
+
+
+def run_cli(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "app.export", *map(str, args)]
+    return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+_OBTAIN = """
+import json, sys
+from pathlib import Path
+from app.export.errors import BuildError
+from app.export.hub import fetch_snapshot
+from app.export.names import resolve_name
+from app.export.obtain import obtain_model
+a = json.loads(sys.argv[1])
+seen = []
+try:
+    if a["fetch_only"]:
+        source = fetch_snapshot(resolve_name(a["id"]), allow_download=a["allow_download"])
+        result = {"path": source.description["path"]}
+    else:
+        path = obtain_model(a["id"], Path(a["models"]), Path(a["cache"]),
+                            allow_download=a["allow_download"], on_progress=seen.append)
+        result = {"path": str(path)}
+except BuildError as e:
+    result = {"error": str(e)}
+print(json.dumps({**result, "progress": seen}))
+"""
+
+
+def run_obtain(
+    env: dict[str, str],
+    model_id: str,
+    models_dir: Path,
+    *,
+    allow_download: bool = True,
+    fetch_only: bool = False,
+) -> dict:
+    """`obtain_model` (or only `hub.fetch_snapshot`) in a fresh interpreter: {"path" or "error",
+    "progress": the fractions reported}."""
+    args = {
+        "id": model_id,
+        "models": str(models_dir),
+        "cache": str(WEIGHTS_CACHE),
+        "allow_download": allow_download,
+        "fetch_only": fetch_only,
+    }
+    command = [sys.executable, "-c", _OBTAIN, json.dumps(args)]
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])

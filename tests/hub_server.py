@@ -13,7 +13,7 @@ answers what huggingface_hub 2.x asks when it downloads:
 Fault knobs per file name (`faults`): "cut_once" sends half the body and drops the connection once
 (the client resumes with a Range request), "cut_always" does it every time, "short" serves a
 body shorter than the announced size with a matching Content-Length, "slow" sends the body in
-small pieces with pauses. Every request is logged in `requests` as (method, path).
+small pieces with pauses. Every request is logged in `requests` as (method, path, Range header).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class HubServer:
     root: Path
     gated: dict[str, str] = field(default_factory=dict)
     faults: dict[str, str] = field(default_factory=dict)
-    requests: list[tuple[str, str]] = field(default_factory=list)
+    requests: list[tuple[str, str, str]] = field(default_factory=list)
     slow_pause_s: float = 0.05
     _cut: set[str] = field(default_factory=set)
     _server: ThreadingHTTPServer | None = None
@@ -67,9 +67,13 @@ class HubServer:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
+    def repo_requests(self) -> list[tuple[str, str, str]]:
+        """The requests about repositories (not telemetry such as /api/agent-harnesses)."""
+        return [r for r in self.requests if _RESOLVE.match(r[1]) or r[1].startswith("/api/models/")]
+
     def fetched(self) -> list[str]:
         """Names of the files whose bodies were requested (GET on resolve)."""
-        gets = [path for verb, path in self.requests if verb == "GET"]
+        gets = [path for verb, path, _ in self.requests if verb == "GET"]
         return [m.group(4) for path in gets if (m := _RESOLVE.match(path))]
 
     # -- repositories ------------------------------------------------------------------------
@@ -150,11 +154,12 @@ class _Handler(BaseHTTPRequestHandler):
         hub = self.server_hub
         url = urlsplit(self.path)
         path, query = unquote(url.path), parse_qs(url.query)
-        hub.requests.append((self.command, path))
+        hub.requests.append((self.command, path, self.headers.get("Range", "")))
         if m := _TREE.match(path):
             self._tree(m.group(1), m.group(2), m.group(3), m.group(4) or "")
         elif m := _API.match(path):
-            self._info(m.group(1), m.group(2), m.group(3), query.get("blobs") == ["True"])
+            blobs = query.get("blobs", [""])[0].lower() in ("true", "1")
+            self._info(m.group(1), m.group(2), m.group(3), blobs)
         elif m := _RESOLVE.match(path):
             self._resolve(m.group(1), m.group(2), m.group(3), m.group(4))
         else:
@@ -168,6 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
             return {"type": "file", "oid": oid, "size": size, "path": name, "lfs": lfs}
         entry: dict = {"rfilename": name}
         if blobs:
+            lfs = {"sha256": lfs["oid"], "size": size, "pointerSize": 134}
             entry.update(size=size, blobId=hashlib.sha1(name.encode()).hexdigest(), lfs=lfs)
         return entry
 

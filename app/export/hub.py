@@ -15,7 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
-from huggingface_hub import HfApi, constants, get_cached_repo_tree, snapshot_download
+from huggingface_hub import (
+    HfApi,
+    ResolvedRevision,
+    constants,
+    get_cached_repo_tree,
+    snapshot_download,
+)
 from huggingface_hub.errors import (
     CachedRepoTreeNotFoundError,
     GatedRepoError,
@@ -24,6 +30,7 @@ from huggingface_hub.errors import (
     OfflineModeIsEnabled,
     RepositoryNotFoundError,
     RevisionNotFoundError,
+    RevisionResolutionError,
 )
 from huggingface_hub.utils import tqdm as hf_tqdm
 
@@ -37,39 +44,58 @@ log = logging.getLogger(__name__)
 _BYTES_BAR = "huggingface_hub.snapshot_download"  # the bar of bytes written, over all files
 
 
-def _listing(ref: ModelRef, online: bool) -> tuple[str, dict[str, int | None], str | None]:
-    """(revision to fetch, {file: size}, why the Hub was not asked) for the repository."""
-    repo, revision = ref.repo_id or "", ref.revision
+def _resolve(api: HfApi, ref: ModelRef, online: bool, why_local: str) -> ResolvedRevision:
+    """The commit to fetch (the Hub's answer, or the one cached for the revision)."""
+    repo = ref.repo_id or ""
+    try:
+        return api.resolve_revision(repo, revision=ref.revision, local_files_only=not online)
+    except GatedRepoError as e:
+        raise BuildError(
+            f"{repo} is a gated repository: accept its terms on the Hub, then set HF_TOKEN to a "
+            f"token of that account (the Hub said: {_said(e)})"
+        ) from e
+    except RevisionNotFoundError as e:
+        raise BuildError(f"{repo} has no revision {ref.revision!r}") from e
+    except RepositoryNotFoundError as e:
+        raise BuildError(
+            f"no repository {repo} on {constants.ENDPOINT} (or it is private: set HF_TOKEN)"
+        ) from e
+    except RevisionResolutionError as e:
+        reason = f"the Hub cannot be reached ({e.__cause__})" if e.__cause__ else why_local
+        raise BuildError(_not_cached(repo, reason)) from e
+    except HfHubHTTPError as e:
+        raise BuildError(f"the Hub refused {repo}: {_said(e)}") from e
+
+
+def _not_cached(repo: str, reason: str) -> str:
+    return (
+        f"{repo} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {reason}: "
+        f"fetch it once with downloads on"
+    )
+
+
+def _listing(
+    ref: ModelRef, allow_download: bool
+) -> tuple[ResolvedRevision, dict[str, int | None], bool]:
+    """(commit to fetch, {file: size}, whether to download) for the repository: the Hub's file
+    list, or without the Hub the list cached by an earlier download."""
+    repo, api = ref.repo_id or "", HfApi()
+    online = allow_download and not constants.HF_HUB_OFFLINE
+    why_local = "HF_HUB_OFFLINE is set" if allow_download else "downloads are off"
+    revision = _resolve(api, ref, online, why_local)
     if online:
         try:
-            info = HfApi().model_info(repo, revision=revision, files_metadata=True)
-            files = {s.rfilename: s.size for s in info.siblings or ()}
-            return info.sha or revision or "main", files, None
-        except GatedRepoError as e:
-            raise BuildError(
-                f"{repo} is a gated repository: accept its terms on the Hub, then set HF_TOKEN "
-                f"to a token of that account (the Hub said: {_said(e)})"
-            ) from e
-        except RevisionNotFoundError as e:
-            raise BuildError(f"{repo} has no revision {revision!r}") from e
-        except RepositoryNotFoundError as e:
-            raise BuildError(
-                f"no repository {repo} on {constants.ENDPOINT} (or it is private: set HF_TOKEN)"
-            ) from e
-        except (OfflineModeIsEnabled, httpx2.ConnectError, httpx2.TimeoutException) as e:
-            why = f"the Hub cannot be reached ({e})"
+            info = api.model_info(repo, revision=revision.resolved, files_metadata=True)
+            return revision, {s.rfilename: s.size for s in info.siblings or ()}, True
+        except (OfflineModeIsEnabled, httpx2.TransportError) as e:
+            why_local = f"the Hub cannot be reached ({e})"
         except HfHubHTTPError as e:
             raise BuildError(f"the Hub refused the file list of {repo}: {_said(e)}") from e
-    else:
-        why = "downloads are off" if not constants.HF_HUB_OFFLINE else "HF_HUB_OFFLINE is set"
     try:
-        cached = get_cached_repo_tree(repo, revision=revision)
+        cached = get_cached_repo_tree(repo, revision=revision.resolved)
     except CachedRepoTreeNotFoundError as e:
-        raise BuildError(
-            f"{repo} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {why}: "
-            f"fetch it once with downloads on"
-        ) from e
-    return revision or "main", {f.path: f.size for f in cached}, why
+        raise BuildError(_not_cached(repo, why_local)) from e
+    return revision, {f.path: f.size for f in cached}, False
 
 
 def _said(error: HfHubHTTPError) -> str:
@@ -79,18 +105,23 @@ def _said(error: HfHubHTTPError) -> str:
 
 
 class _Progress:
-    """A tqdm class for `snapshot_download`: counts the bytes written towards `total` for
-    `on_progress`, and shows one bar when `show` is set."""
+    """A tqdm class for `snapshot_download`: counts the bytes written towards `total` (when every
+    size is known; else the library's growing total) for `on_progress`, which sees a fraction that
+    never goes back; shows one bar when `show` is set."""
 
-    def __init__(self, total: int, on_progress: Callable[[float], None] | None, show: bool):
-        self.total, self.on_progress, self.show = max(total, 1), on_progress, show
-        self.done = 0
+    def __init__(self, total: int | None, on_progress: Callable[[float], None] | None, show: bool):
+        self.total, self.on_progress, self.show = total, on_progress, show
+        self.done, self.reported = 0, 0.0
         self.lock = threading.Lock()
 
-    def add(self, n: float) -> None:
+    def add(self, n: float, bar_total: float | None) -> None:
         with self.lock:
             self.done += int(n)
-            fraction = min(max(self.done / self.total, 0.0), 1.0)
+            total = self.total or bar_total or 0
+            if total <= 0:
+                return
+            self.reported = max(self.reported, min(self.done / total, 1.0))
+            fraction = self.reported
         if self.on_progress is not None:
             self.on_progress(fraction)
 
@@ -107,14 +138,18 @@ class _Progress:
 
             def update(self, n: float | None = 1) -> bool | None:
                 if self.counts and n:
-                    progress.add(n)
+                    progress.add(n, self.total)
                 return super().update(n)
 
         return _Bar
 
 
 def _download(
-    ref: ModelRef, revision: str, files: list[str], online: bool, tqdm_class: type[hf_tqdm]
+    ref: ModelRef,
+    revision: ResolvedRevision,
+    files: list[str],
+    online: bool,
+    tqdm_class: type[hf_tqdm],
 ) -> Path:
     """The snapshot folder holding `files`, complete (downloaded now or found in the cache)."""
     repo = ref.repo_id or ""
@@ -165,15 +200,15 @@ def fetch_snapshot(
     progress_bar: bool = False,
 ) -> ResolvedSource:
     """The weights of hub model `ref`, downloaded when needed; raises BuildError."""
-    online = allow_download and not constants.HF_HUB_OFFLINE
-    revision, sizes, why_local = _listing(ref, online)
-    online = why_local is None
+    revision, sizes, online = _listing(ref, allow_download)
     repo = ref.repo_id or ""
     layout = pick_layout(sizes, repo)
     if layout.config is not None:
         quiet = _Progress(0, None, show=False).bar_class("")
         check_config(_download(ref, revision, [layout.config], online, quiet), layout, repo)
-    progress = _Progress(sum(sizes.get(f) or 0 for f in layout.files), on_progress, progress_bar)
+    needed = [sizes.get(f) for f in layout.files]
+    total = None if None in needed else sum(n or 0 for n in needed)
+    progress = _Progress(total, on_progress, progress_bar)
     folder = _download(
         ref, revision, list(layout.files), online, progress.bar_class(f"download {repo}")
     )
