@@ -2,8 +2,9 @@
 
 The repository's file list decides the layout (`app.export.layouts`); only that layout's files
 are downloaded, with `snapshot_download`, into the standard Hugging Face cache. The library
-honours `HF_ENDPOINT`, `HF_HOME`/`HF_HUB_CACHE`, `HF_TOKEN` and `HF_HUB_OFFLINE`, resumes
-interrupted files and checks each file's size; a file is only in the snapshot once complete.
+honours `HF_ENDPOINT`, `HF_HOME`/`HF_HUB_CACHE`, `HF_TOKEN` and `HF_HUB_OFFLINE`; within a run it
+resumes a dropped transfer where it stopped (Range requests, up to 5 times), checks each file's
+size, and puts a file in the snapshot only once complete (a failed one is discarded).
 """
 
 from __future__ import annotations
@@ -169,13 +170,13 @@ def _download(
                 f"{repo}: the cached copy is incomplete and cannot be fetched: {e}"
             ) from e
         raise BuildError(
-            f"downloading {repo} failed ({str(e).splitlines()[0]}); nothing was built: run again "
-            f"to resume the download"
+            f"downloading {repo} failed ({str(e).splitlines()[0]}); nothing was built and the "
+            f"partial file was discarded: run again to retry"
         ) from e
     except (httpx2.HTTPError, GatedRepoError) as e:
         raise BuildError(
-            f"downloading {repo} was interrupted ({type(e).__name__}: {e}); nothing was built: "
-            f"run again to resume the download"
+            f"downloading {repo} was interrupted ({type(e).__name__}: {e}) and did not resume; "
+            f"nothing was built and the partial file was discarded: run again to retry"
         ) from e
     return Path(folder)
 
