@@ -82,7 +82,7 @@ def model_id(folder: str) -> str:
 
 
 def _valid_part(part: str) -> bool:
-    return bool(_PART.match(part)) and "--" not in part and ".." not in part
+    return bool(_PART.fullmatch(part)) and "--" not in part and ".." not in part
 
 
 def _hub_ref(model_id: str, repo: str) -> ModelRef:
@@ -93,7 +93,7 @@ def _hub_ref(model_id: str, repo: str) -> ModelRef:
             f"invalid repository id {model_id!r}: expected org/name with letters, digits, "
             f"'.', '_' or '-' (no '--' or '..')"
         )
-    if "@" in model_id and (not _REVISION.match(revision) or ".." in revision):
+    if "@" in model_id and (not _REVISION.fullmatch(revision) or ".." in revision):
         raise BuildError(
             f"invalid revision in {model_id!r}: use a branch, tag or commit made of letters, "
             f"digits, '.', '_' or '-'"

@@ -25,7 +25,7 @@ from app.export.layouts import check_config, pick_layout
 from app.export.weights import WhisperWeights
 
 # a model folder's name: a catalog name, an alias, or a repository id with "/" written as "--"
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,199}$")
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,199}\Z")
 
 
 @dataclass(frozen=True)
