@@ -2,6 +2,7 @@
 #
 #   docker build -t stt-openvino .                                  # bakes in `base`
 #   docker build --build-arg MODELS="tiny.en base" -t stt-openvino .
+#   docker build --build-arg MODELS="large-v3-turbo" -t stt-openvino .    # from the Hugging Face Hub
 #   docker run -p 8000:8000 stt-openvino
 #
 # The build stage builds the models with the command `make models` runs, so a model folder made
@@ -33,12 +34,19 @@ COPY app/ app/
 RUN pip install --no-cache-dir --no-deps . \
  && touch /opt/venv/.runtime
 
-# Model names, separated by spaces or commas (`python -m app.export list` shows the catalog);
+# Model ids, separated by spaces or commas: catalog names and aliases (`python -m app.export list`:
+# tiny.en, base, small, medium, large-v3, large-v3-turbo, distil-large-v3, ...) or Hugging Face
+# repository ids (org/name, e.g. Systran/faster-whisper-small). Hub weights are downloaded here
+# (HF_ENDPOINT is honoured) and only the built folders reach the image; gated repositories are
+# better fetched at run time with HF_TOKEN set (STT_MODEL_DOWNLOADS=1), so no token is baked in.
 # PRECISION (int8 | fp16 | fp32) is passed to the export, empty = its default.
 # `-o` and the stamp: the venv is set up above, make only runs the models recipe.
 COPY Makefile ./
 ARG MODELS=base
 ARG PRECISION=
+ARG HF_ENDPOINT=https://huggingface.co
+ENV HF_ENDPOINT=${HF_ENDPOINT} \
+    HF_HUB_DISABLE_TELEMETRY=1
 RUN for m in $(echo "$MODELS" | tr "," " "); do \
         make -o /opt/venv/.runtime models VENV=/opt/venv MODELS_DIR=/models MODEL="$m" \
             PRECISION="$PRECISION"; \
@@ -63,11 +71,12 @@ RUN if [ "$INTEL_GPU" = "1" ]; then \
 RUN groupadd --system --gid 10001 stt \
  && useradd --system --no-log-init --uid 10001 --gid stt --home-dir /home/stt --create-home \
         --shell /usr/sbin/nologin stt \
- && mkdir -p /cache/openvino \
- && chown stt:stt /cache/openvino
+ && mkdir -p /cache/openvino /cache/huggingface \
+ && chown stt:stt /cache/openvino /cache/huggingface
 
 COPY --from=build /opt/venv /opt/venv
-COPY --from=build /models /models
+# Owned by the service's user: with STT_MODEL_DOWNLOADS it builds new models there at run time.
+COPY --from=build --chown=10001:10001 /models /models
 COPY docker/entrypoint.sh /usr/local/bin/stt-entrypoint
 
 ENV PATH=/opt/venv/bin:$PATH \
@@ -78,6 +87,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     STT_HOST=0.0.0.0 \
     STT_PORT=8000 \
     STT_OV_CACHE_DIR=/cache/openvino \
+    HF_HOME=/cache/huggingface \
+    HF_HUB_DISABLE_TELEMETRY=1 \
     MALLOC_ARENA_MAX=2 \
     MALLOC_MMAP_THRESHOLD_=262144 \
     MALLOC_TRIM_THRESHOLD_=1048576

@@ -13,13 +13,21 @@ export UVICORN_PORT="${UVICORN_PORT:-${STT_PORT:-8000}}"
 if [ "${1:-}" = "uvicorn" ]; then
     models_dir="${STT_MODELS_DIR:-/models}"
     for m in $(printf '%s' "$STT_MODELS" | tr ',' ' '); do
-        if [ ! -f "$models_dir/$m/manifest.json" ]; then
+        # a Hub repository id org/name is built in the folder org--name
+        folder=$(printf '%s' "$m" | sed 's#/#--#')
+        if [ ! -f "$models_dir/$folder/manifest.json" ]; then
+            case "$(printf '%s' "${STT_MODEL_DOWNLOADS:-}" | tr '[:upper:]' '[:lower:]')" in
+                1 | true | yes | on | t | y)
+                    echo "stt: model '$m' (STT_MODELS) is not built yet: the service fetches" \
+                        "and builds it at start (STT_MODEL_DOWNLOADS)" >&2
+                    continue ;;
+            esac
             baked=$(cd "$models_dir" 2>/dev/null && for f in */manifest.json; do
                 [ -f "$f" ] && printf '%s ' "${f%/manifest.json}"; done; true)
             echo "stt: model '$m' (STT_MODELS) is not in $models_dir;" \
                 "models there: ${baked:-none}" >&2
-            echo "stt: rebuild with --build-arg MODELS=\"$m\" or mount a models folder" \
-                "at $models_dir" >&2
+            echo "stt: rebuild with --build-arg MODELS=\"$m\", mount a models folder at" \
+                "$models_dir, or set STT_MODEL_DOWNLOADS=1 to fetch it at start" >&2
             # No exit: the server starts and /health answers 503 with the reason (the container
             # turns unhealthy) rather than a restart policy looping on the same error.
         fi
