@@ -65,23 +65,31 @@ def _require(root: set[str], names: Iterable[str], where: str, what: str) -> Non
         raise BuildError(f"{where} holds {what} but lacks {', '.join(missing)}")
 
 
-def pick_layout(names: Iterable[str], where: str) -> Layout:
-    """The layout of a folder or repository holding `names` (paths relative to its root)."""
-    root = {n for n in names if "/" not in n}
+def _ct2(root: set[str], where: str) -> Layout | None:
     parts = sorted(n for n in root if _CT2_PART.match(n))
-    if "model.bin" in root or parts:
-        if "tokenizer.json" not in root:
-            vocabulary = sorted(n for n in root if n.startswith("vocabulary."))
-            hint = f" ({', '.join(vocabulary)} lacks the BPE merges)" if vocabulary else ""
-            raise BuildError(
-                f"{where} holds CTranslate2 Whisper weights but no tokenizer.json{hint}: "
-                f"add the tokenizer.json of the Whisper model it was converted from"
-            )
-        return Layout(
-            "ct2",
-            ("model.bin",) if "model.bin" in root else tuple(parts),
-            config="config.json" if "config.json" in root else None,
+    if "model.bin" not in root and not parts:
+        return None
+    if "tokenizer.json" not in root:
+        vocabulary = sorted(n for n in root if n.startswith("vocabulary."))
+        hint = f" ({', '.join(vocabulary)} lacks the BPE merges)" if vocabulary else ""
+        raise BuildError(
+            f"{where} holds CTranslate2 Whisper weights but no tokenizer.json{hint}: "
+            f"add the tokenizer.json of the Whisper model it was converted from"
         )
+    return Layout(
+        "ct2",
+        ("model.bin",) if "model.bin" in root else tuple(parts),
+        config="config.json" if "config.json" in root else None,
+    )
+
+
+def pick_layout(names: Iterable[str], where: str) -> Layout:
+    """The layout of a folder or repository holding `names` (paths relative to its root).
+
+    Transformers safetensors win over a CTranslate2 model.bin in the same place: they are the
+    original precision, a CTranslate2 conversion may be int8.
+    """
+    root = {n for n in names if "/" not in n}
     weights = ("model.safetensors",) if "model.safetensors" in root else _shards(root, where)
     if weights:
         _require(root, ("config.json", "tokenizer.json"), where, "Transformers weights")
@@ -89,6 +97,8 @@ def pick_layout(names: Iterable[str], where: str) -> Layout:
         if len(weights) > 1:
             extras.append("model.safetensors.index.json")
         return Layout("hf", weights, extras=tuple(extras))
+    if (layout := _ct2(root, where)) is not None:
+        return layout
     other = sorted({kind for n, kind in _OTHER_WEIGHTS.items() if n in root})
     if other:
         raise BuildError(

@@ -108,6 +108,8 @@ def obtain_model(
             source=source,
         )
     except OSError as e:
+        if built(target):
+            return target  # another process built it at the same time (our rename lost)
         if e.errno == errno.ENOSPC:
             raise BuildError(
                 f"no space left on the disk while obtaining {model_id}: free some space "

@@ -165,11 +165,11 @@ def resolve_local_folder(folder: Path, description: dict | None = None) -> Resol
         "format": layout.format,
         "path": str(folder.resolve()),
     }
-    if layout.format == "ct2":
-        config = folder / layout.config if layout.config else folder / "config.json"
-        generation = _ct2_generation_config(config)
-    else:
-        generation = _hf_generation_config(folder)
+    generation = (
+        _ct2_generation_config(folder / "config.json")  # absent: no token lists
+        if layout.format == "ct2"
+        else _hf_generation_config(folder)
+    )
     return ResolvedSource(
         weights_files=tuple(folder / w for w in layout.weights),
         tokenizer=folder / layout.tokenizer,

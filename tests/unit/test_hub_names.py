@@ -96,6 +96,10 @@ def test_cli_lists_catalog_and_aliases() -> None:
         (["config.json", "model.bin", "tokenizer.json", "vocabulary.json",
           "preprocessor_config.json", "ggml/model.bin"],
          ("config.json", "tokenizer.json", "model.bin")),
+        (["model.bin", "tokenizer.json"], ("tokenizer.json", "model.bin")),
+        # both layouts: the Transformers weights (original precision) win
+        (["config.json", "tokenizer.json", "model.bin", "model.safetensors"],
+         ("config.json", "tokenizer.json", "model.safetensors")),
     ],
 )  # fmt: skip
 def test_only_a_layouts_files_are_picked(files: list[str], expected: tuple[str, ...]) -> None:
