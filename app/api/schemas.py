@@ -8,7 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from app.service.registry import ModelInfo, TranscriptionResult
+from app.service.model_options import ModelStatus
+from app.service.model_policy import ModelState
+from app.service.registry import TranscriptionResult
 from app.service.results import Word
 
 ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
@@ -173,17 +175,45 @@ class ErrorEvent(BaseModel):
 
 
 class ModelObject(BaseModel):
+    """OpenAI's model object; the fields after `owned_by` are this server's."""
+
     id: str
     object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "stt-openvino"
-    multilingual: bool = Field(description="Knows languages other than English; can translate.")
-    devices: dict[str, str] = Field(description="OpenVINO/CPU device per stage.")
+    created: int = Field(description="Unix time the model folder was built (0: not built).")
+    owned_by: str = Field(description="The Hub organisation, or stt-openvino.")
+    loaded: bool
+    state: ModelState = Field(description="available, building, loading, loaded, unloading, failed")
+    built: bool = Field(description="A built model folder is on disk (or it is loaded).")
+    progress: float | None = Field(default=None, description="0..1 while building.")
+    error: str | None = Field(default=None, description="Why the last build or load failed.")
+    description: str | None = None
+    multilingual: bool | None = Field(
+        default=None, description="Knows languages other than English (when loaded)."
+    )
+    devices: dict[str, str] | None = Field(
+        default=None, description="OpenVINO/CPU device per stage (when loaded)."
+    )
+    memory_bytes: int | None = Field(
+        default=None, description="Growth of the server's RSS while it loaded (when loaded)."
+    )
 
     @classmethod
-    def from_info(cls, info: ModelInfo) -> ModelObject:
+    def from_status(cls, status: ModelStatus) -> ModelObject:
+        info = status.info
+        org, slash, _ = status.id.partition("/")
         return cls(
-            id=info.name, created=info.created, multilingual=info.multilingual, devices=info.devices
+            id=status.id,
+            created=status.created,
+            owned_by=org if slash else "stt-openvino",
+            loaded=status.loaded,
+            state=status.state,
+            built=status.built,
+            progress=status.progress,
+            error=status.error,
+            description=status.description,
+            multilingual=info.multilingual if info else None,
+            devices=info.devices if info else None,
+            memory_bytes=info.memory_bytes if info else None,
         )
 
 
@@ -198,6 +228,9 @@ class HealthModel(BaseModel):
     devices: dict[str, str]
     load_s: float
     warmup_s: float
+    memory_bytes: int | None = Field(
+        default=None, description="Growth of the server's RSS while it loaded and warmed up."
+    )
 
 
 class Health(BaseModel):

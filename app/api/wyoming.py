@@ -60,6 +60,7 @@ from app.service.live import (
 )
 from app.service.live.pacing import RealTimeFeed
 from app.service.live.utterance import Utterance, UtteranceFormat
+from app.service.model_leases import SessionModels
 from app.service.pool import PoolClosedError, QueueFullError
 from app.service.registry import (
     InvalidRequestError,
@@ -108,9 +109,8 @@ class WyomingServer:
 
     def _handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> SttHandler:
         state = self.state
-        deps = LiveDeps(
-            self.settings, state.registry, state.pool, state.registry.vad, state.stream_drain
-        )
+        models = SessionModels(state.models)  # leases what the connection uses until it ends
+        deps = LiveDeps(self.settings, models, state.pool, models.vad, state.stream_drain)
         return SttHandler(reader, writer, self, deps, state.readiness)
 
 
@@ -165,6 +165,7 @@ class SttHandler:
             server.clients -= 1
             await self._end_utterance()
             await close_gently(self.reader.reader, self.writer)
+            self.deps.registry.close()
 
     async def _serve(self) -> None:
         while True:
@@ -218,8 +219,9 @@ class SttHandler:
         registry = self.deps.registry
         models = []
         for name in self.deps.settings.models:
-            loaded = name in registry.loaded
-            multilingual = loaded and registry.get(name).multilingual
+            info = registry.info(name)
+            loaded = info is not None
+            multilingual = info is not None and info.multilingual
             models.append(AsrModel(
                 name=name, description=f"Whisper {name} (OpenVINO)", attribution=ATTRIBUTION,
                 installed=loaded, version=None,

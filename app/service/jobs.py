@@ -16,14 +16,25 @@ _LANGUAGE_BY_NAME = {name: code for code, name in LANGUAGES.items()}
 
 
 class UnknownModelError(LookupError):
-    """A request named a model that is not loaded."""
+    """A request named a model that is not loaded (`detail` replaces the standard message)."""
 
-    def __init__(self, name: str, loaded: Sequence[str]) -> None:
+    def __init__(self, name: str, loaded: Sequence[str], detail: str | None = None) -> None:
         super().__init__(
-            f"The model '{name}' does not exist or is not loaded on this server; "
+            detail
+            or f"The model '{name}' does not exist or is not loaded on this server; "
             f"loaded models: {', '.join(loaded)}"
         )
         self.name = name
+
+
+class ModelUnavailableError(UnknownModelError):
+    """A request named a model that cannot serve now for a passing reason: it is loading, being
+    unloaded, or every slot is taken; `code` says which, `retry_after_s` when to try again."""
+
+    def __init__(self, name: str, message: str, code: str, retry_after_s: int = 5) -> None:
+        super().__init__(name, (), message)
+        self.code = code
+        self.retry_after_s = retry_after_s
 
 
 class InvalidRequestError(ValueError):
@@ -44,6 +55,7 @@ class ModelInfo:
     load_s: float
     warmup_s: float
     created: int  # unix time the folder was built (manifest mtime)
+    memory_bytes: int | None = None  # RSS growth across load + warm-up (see model_open)
 
 
 @dataclass(frozen=True)

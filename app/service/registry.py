@@ -1,9 +1,9 @@
-"""Model registry: the loaded models, each with its sessions, tokenizer and transcriber.
+"""A loaded model: its sessions, tokenizer and transcriber, and how a request becomes a job.
 
-Model names are looked up in a listing of the models folder made at start-up; a name from a
-request is only ever used as a key into the loaded set, never joined into a path.
+`LoadedModel.options_for` turns a request into validated transcriber options;
 `LoadedModel.transcribe` is the blocking job the worker pool runs for one request: decode the
-upload, check its length, transcribe, collect the segments and the timings.
+upload, check its length, transcribe, collect the segments and the timings. Loading, unloading
+and leases are `app.service.model_manager`'s.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
@@ -21,10 +20,8 @@ from app.engine.audio import AudioDecodeError, AudioTooLongError, decode_audio
 from app.engine.backend import WhisperBackend
 from app.engine.languages import LANGUAGES
 from app.engine.tokenizer import Tokenizer
-from app.engine.vad import VAD_FILE, SileroVad, VadModelError
-from app.runtime.contract import SAMPLE_RATE, missing_files
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
-from app.service.batch_records import BatchingOptions
+from app.engine.vad import SileroVad
+from app.runtime.contract import SAMPLE_RATE
 from app.service.batching import BatchingSessions
 from app.service.jobs import (
     InvalidRequestError,
@@ -47,8 +44,6 @@ __all__ = [
     "InvalidRequestError",
     "LoadedModel",
     "ModelInfo",
-    "ModelLoadError",
-    "ModelRegistry",
     "TranscriptionCancelled",
     "TranscriptionJob",
     "TranscriptionResult",
@@ -58,10 +53,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WARMUP_SECONDS = 1.0
-
-
-class ModelLoadError(RuntimeError):
-    """A configured model could not be found, loaded or warmed up."""
 
 
 class LoadedModel:
@@ -86,6 +77,18 @@ class LoadedModel:
         self._load_s = load_s
         self._warmup_s = 0.0
         self._created = created
+        self.memory_bytes: int | None = None  # RSS growth across load + warm-up
+
+    @property
+    def scheduler(self) -> BatchingSessions | None:
+        """The batching scheduler of this model (None when batching is off)."""
+        return self.sessions if isinstance(self.sessions, BatchingSessions) else None
+
+    def close(self) -> None:
+        """Stop the batching scheduler (its pending calls are served first); the sessions are
+        freed with the last reference to this object."""
+        if self.scheduler is not None:
+            self.scheduler.close()
 
     @property
     def info(self) -> ModelInfo:
@@ -96,6 +99,7 @@ class LoadedModel:
             load_s=round(self._load_s, 3),
             warmup_s=round(self._warmup_s, 3),
             created=self._created,
+            memory_bytes=self.memory_bytes,
         )
 
     def options_for(self, job: TranscriptionJob) -> TranscriptionOptions:
@@ -246,125 +250,3 @@ class LoadedModel:
             pass
         self._warmup_s = time.perf_counter() - t0
         return self._warmup_s
-
-
-def list_model_folders(models_dir: Path) -> dict[str, Path]:
-    """Name -> folder for every complete model folder (all contract files present)."""
-    if not models_dir.is_dir():
-        return {}
-    return {p.name: p for p in sorted(models_dir.iterdir()) if p.is_dir() and not missing_files(p)}
-
-
-class ModelRegistry:
-    """The models named in settings, loaded from the models folder; lookup by name only."""
-
-    def __init__(
-        self,
-        models_dir: Path,
-        names: Sequence[str],
-        default_model: str,
-        runtime: RuntimeOptions,
-        base_options: TranscriptionOptions | None = None,
-        aliases: dict[str, str] | None = None,
-        batching: BatchingOptions | None = None,
-    ) -> None:
-        """batching: batch the decoder and encoder calls of concurrent jobs (None = off)."""
-        if default_model not in names:
-            raise ValueError(f"default model {default_model!r} is not one of {list(names)}")
-        self.models_dir = models_dir
-        self.names = tuple(names)
-        self.default_model = default_model
-        self.runtime = runtime
-        self.base_options = base_options or TranscriptionOptions()
-        self.aliases = dict(aliases or {})
-        self.batching = batching
-        self._models: dict[str, LoadedModel] = {}
-        self._folders: dict[str, Path] = {}
-        self.vad: SileroVad | None = None
-
-    def resolve_folders(self) -> dict[str, Path]:
-        """Find every configured model in the folder listing; a clear error if one is missing."""
-        listing = list_model_folders(self.models_dir)
-        missing = [n for n in self.names if n not in listing]
-        if missing:
-            available = ", ".join(listing) or "none"
-            raise ModelLoadError(
-                f"model(s) {', '.join(missing)} not found in {self.models_dir.resolve()} "
-                f"(complete model folders there: {available}); build one with "
-                f"`make models MODEL=<name>` or change STT_MODELS"
-            )
-        self._folders = {n: listing[n] for n in self.names}
-        return self._folders
-
-    def load(self, *, warm_up: bool = True) -> None:
-        """Load (and warm up) every configured model; raises `ModelLoadError` with the cause."""
-        folders = self._folders or self.resolve_folders()
-        self.vad = self._load_vad()
-        for name, folder in folders.items():
-            t0 = time.perf_counter()
-            try:
-                loaded = WhisperSessions.load(folder, self.runtime)
-                tokenizer = Tokenizer.from_folder(folder, loaded.manifest)
-            except Exception as e:
-                raise ModelLoadError(f"could not load model '{name}' from {folder}: {e}") from e
-            sessions: WhisperBackend = loaded
-            if self.batching is not None:
-                sessions = BatchingSessions(loaded, self.batching, name=name)
-            load_s = time.perf_counter() - t0
-            created = int((folder / "manifest.json").stat().st_mtime)
-            model = LoadedModel(
-                name, sessions, tokenizer, self.base_options, load_s, created, vad=self.vad
-            )
-            if warm_up:
-                try:
-                    model.warm_up()
-                except Exception as e:
-                    raise ModelLoadError(f"warm-up of model '{name}' failed: {e}") from e
-            self._models[name] = model
-            info = model.info
-            log.info(
-                "model %s loaded in %.2f s, warmed up in %.2f s; devices %s",
-                name,
-                info.load_s,
-                info.warmup_s,
-                info.devices,
-            )
-
-    def _load_vad(self) -> SileroVad | None:
-        """The Silero VAD model beside the models, shared by all; None (logged) if absent."""
-        try:
-            return SileroVad.load(self.models_dir / VAD_FILE)
-        except VadModelError as e:
-            log.warning(
-                "no VAD: transcribing without it; vad_filter=true requests will be refused: %s", e
-            )
-            return None
-
-    @property
-    def loaded(self) -> list[str]:
-        return list(self._models)
-
-    def get(self, name: str | None) -> LoadedModel:
-        """The loaded model called `name` (None/"" = the default); `UnknownModelError` if none."""
-        key = (name or "").strip() or self.default_model
-        key = self.aliases.get(key, key)
-        model = self._models.get(key)
-        if model is None:
-            raise UnknownModelError(key, self.loaded)
-        return model
-
-    def infos(self) -> list[ModelInfo]:
-        return [m.info for m in self._models.values()]
-
-    def schedulers(self) -> dict[str, BatchingSessions]:
-        """The batching scheduler of each loaded model (empty when batching is off)."""
-        return {
-            name: m.sessions
-            for name, m in self._models.items()
-            if isinstance(m.sessions, BatchingSessions)
-        }
-
-    def close(self) -> None:
-        """Stop the batching schedulers (pending calls are served first)."""
-        for scheduler in self.schedulers().values():
-            scheduler.close()

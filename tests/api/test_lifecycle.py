@@ -16,10 +16,12 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from app.api.deps import get_registry
+from app.api.deps import get_models
 from app.config import Settings
 from app.main import create_app
-from app.service.registry import LoadedModel, ModelRegistry, TranscriptionJob
+from app.service.model_leases import Lease
+from app.service.model_manager import ModelManager
+from app.service.registry import LoadedModel, TranscriptionJob
 from tests.api.conftest import JFK_WAV, assert_openai_error, free_port
 from tests.conftest import MODELS_DIR, model_dir
 
@@ -48,13 +50,13 @@ def test_health_is_503_while_loading_then_200(monkeypatch: pytest.MonkeyPatch) -
     # loading is held until the early requests are answered: tiny.en loads in about a second,
     # which would otherwise race them
     loading_may_start = threading.Event()
-    real_load = ModelRegistry.load
+    real_start = ModelManager.start
 
-    def held_load(self: ModelRegistry, **kwargs: object) -> None:
+    def held_start(self: ModelManager, *args: object) -> None:
         assert loading_may_start.wait(60)
-        real_load(self, **kwargs)
+        real_start(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ModelRegistry, "load", held_load)
+    monkeypatch.setattr(ModelManager, "start", held_start)
     app = create_app(tiny_settings())
     with TestClient(app) as client:
         r = client.get("/health")
@@ -140,12 +142,14 @@ class _ExplodingModel:
         )
 
 
-class _ExplodingRegistry:
-    def __init__(self, registry: ModelRegistry) -> None:
-        self._registry = registry
+class _ExplodingModels:
+    def __init__(self, models: ModelManager) -> None:
+        self._models = models
 
-    def get(self, name: str | None) -> _ExplodingModel:
-        return _ExplodingModel(self._registry.get(name))
+    async def acquire(self, name: str | None) -> Lease:
+        lease = await self._models.acquire(name)
+        lease.model = _ExplodingModel(lease.model)  # type: ignore[assignment]
+        return lease
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +163,8 @@ def exploding_server() -> Iterator[str]:
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert app.state.readiness.wait(120)
-    real = app.state.registry
-    app.dependency_overrides[get_registry] = lambda: _ExplodingRegistry(real)
+    real = app.state.models
+    app.dependency_overrides[get_models] = lambda: _ExplodingModels(real)
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(15)

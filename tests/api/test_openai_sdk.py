@@ -151,8 +151,7 @@ def test_stream_async_client(server: LiveServer) -> None:
 
 def test_models_list_and_retrieve(client: openai.OpenAI) -> None:
     models = client.models.list()
-    ids = [m.id for m in models.data]
-    assert ids == ["tiny.en"]
+    assert [m.id for m in models.data if m.loaded] == ["tiny.en"]  # type: ignore[attr-defined]
     model = client.models.retrieve("tiny.en")
     assert model.id == "tiny.en" and model.object == "model"
     with pytest.raises(openai.NotFoundError):

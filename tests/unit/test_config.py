@@ -80,6 +80,9 @@ def test_empty_api_key_means_none(clean_env: pytest.MonkeyPatch) -> None:
         ("STT_MAX_UPLOAD_MB", "0"),
         ("STT_BATCH_MAX_ROWS", "0"),
         ("STT_BATCH_MAX_PADDING", "1.0"),
+        ("STT_MODEL_TTL_S", "-2"),
+        ("STT_MAX_LOADED_MODELS", "-1"),
+        ("STT_MODEL_DOWNLOADS", "maybe"),
     ],
 )
 def test_rejects_bad_values(clean_env: pytest.MonkeyPatch, key: str, value: str) -> None:
@@ -88,17 +91,43 @@ def test_rejects_bad_values(clean_env: pytest.MonkeyPatch, key: str, value: str)
         Settings()
 
 
-def test_batching_settings_reach_the_registry(clean_env: pytest.MonkeyPatch) -> None:
-    from app.main import build_registry
+def test_batching_settings_reach_the_models(clean_env: pytest.MonkeyPatch) -> None:
+    from app.main import build_models
 
     clean_env.setenv("STT_BATCH_MAX_ROWS", "12")
-    batching = build_registry(Settings()).batching
+    batching = build_models(Settings()).open_options.batching
     assert batching is not None and batching.max_rows == 12
     clean_env.setenv("STT_KV_CACHE", "static")  # one decoder shape for an NPU: no batching
-    assert build_registry(Settings()).batching is None
+    assert build_models(Settings()).open_options.batching is None
     clean_env.setenv("STT_KV_CACHE", "concat")
     clean_env.setenv("STT_BATCHING", "false")
-    assert build_registry(Settings()).batching is None
+    assert build_models(Settings()).open_options.batching is None
+
+
+def test_model_management_settings_reach_the_manager(clean_env: pytest.MonkeyPatch) -> None:
+    from app.main import build_models
+
+    options = build_models(Settings()).options
+    assert (options.ttl_s, options.max_loaded, options.autoload, options.downloads) == (
+        -1.0, 0, False, False,
+    )  # fmt: skip
+    clean_env.setenv("STT_MODEL_TTL_S", "300")
+    clean_env.setenv("STT_MAX_LOADED_MODELS", "2")
+    clean_env.setenv("STT_MODEL_AUTOLOAD", "true")
+    clean_env.setenv("STT_MODEL_DOWNLOADS", "true")
+    options = build_models(Settings()).options
+    assert (options.ttl_s, options.max_loaded, options.autoload, options.downloads) == (
+        300.0, 2, True, True,
+    )  # fmt: skip
+
+
+def test_max_loaded_models_holds_the_start_up_models(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("STT_MODELS", "tiny.en,base")
+    clean_env.setenv("STT_MAX_LOADED_MODELS", "1")
+    with pytest.raises(ValidationError, match="STT_MAX_LOADED_MODELS=1 is less than the 2"):
+        Settings()
+    clean_env.setenv("STT_MAX_LOADED_MODELS", "2")
+    assert Settings().max_loaded_models == 2
 
 
 def test_live_stream_defaults_are_the_sessions(clean_env: pytest.MonkeyPatch) -> None:

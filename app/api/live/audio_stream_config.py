@@ -16,12 +16,8 @@ from app.api.live.connection import LiveError
 from app.config import Settings
 from app.service.jobs import model_language
 from app.service.live import ENCODINGS, StreamingOptions, VadOptions
-from app.service.registry import (
-    InvalidRequestError,
-    LoadedModel,
-    ModelRegistry,
-    UnknownModelError,
-)
+from app.service.model_leases import SessionModels
+from app.service.registry import InvalidRequestError, LoadedModel, UnknownModelError
 
 FIELDS = ("model", "language", "task", "sample_rate", "encoding", "prompt", "vad",
           "word_timestamps")  # fmt: skip
@@ -40,7 +36,7 @@ class StreamConfig:
     word_timestamps: bool = False
 
     @classmethod
-    def default(cls, registry: ModelRegistry, settings: Settings) -> StreamConfig:
+    def default(cls, registry: SessionModels, settings: Settings) -> StreamConfig:
         model = registry.get(None)
         vad = VadOptions() if registry.vad is not None and settings.vad_filter else None
         return cls(model, None if model.multilingual else "en", vad=vad)
@@ -70,7 +66,7 @@ class StreamConfig:
         }
 
 
-def apply_update(config: StreamConfig, patch: Any, registry: ModelRegistry) -> StreamConfig:
+def apply_update(config: StreamConfig, patch: Any, registry: SessionModels) -> StreamConfig:
     """`config` with the client's `session` object applied; raises LiveError."""
     if not isinstance(patch, dict):
         raise LiveError("'session' must be an object", "invalid_value", param="session")
@@ -131,7 +127,7 @@ def apply_update(config: StreamConfig, patch: Any, registry: ModelRegistry) -> S
 
 
 def _vad_setting(
-    value: Any, current: VadOptions | None, preroll_s: float, registry: ModelRegistry
+    value: Any, current: VadOptions | None, preroll_s: float, registry: SessionModels
 ) -> tuple[VadOptions | None, float]:
     """`vad` of session.update -> (options or None for off, seconds kept before speech)."""
     if value is None or value is False:

@@ -43,8 +43,9 @@ from app.service.live import (
     StreamEvent,
 )
 from app.service.live.options import StreamingOptions
+from app.service.model_leases import SessionModels
 from app.service.pool import PoolClosedError, WorkerPool
-from app.service.registry import LoadedModel, ModelRegistry
+from app.service.registry import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class LiveDeps:
     """What a live connection uses of the app (from `app.state`)."""
 
     settings: Settings
-    registry: ModelRegistry
+    registry: SessionModels  # leases every model the session uses until it ends
     pool: WorkerPool
     vad: SileroVad | None
     drain: asyncio.Event  # set at shutdown: sessions end as if the client had closed them
@@ -219,9 +220,12 @@ async def serve(
         metrics.active_streams.inc()
     try:
         with sessions:
-            registry: ModelRegistry = app.state.registry
-            deps = LiveDeps(settings, registry, app.state.pool, registry.vad, drain)
-            await connection(websocket, deps).run()
+            models = SessionModels(app.state.models)
+            deps = LiveDeps(settings, models, app.state.pool, models.vad, drain)
+            try:
+                await connection(websocket, deps).run()
+            finally:
+                models.close()
     finally:
         if metrics is not None:
             metrics.active_streams.dec()

@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel
 
 from app.api.auth import require_api_key
-from app.api.deps import get_metrics, get_pool, get_registry, get_settings
+from app.api.deps import get_metrics, get_models, get_pool, get_settings
 from app.api.errors import APIError, UploadTooLargeError, to_api_error
 from app.api.forms import AudioForm, audio_form
 from app.api.metrics import Metrics, Stopwatch
@@ -39,13 +39,10 @@ from app.api.schemas import (
 )
 from app.config import Settings
 from app.service import formats
+from app.service.model_leases import Lease
+from app.service.model_manager import ModelManager
 from app.service.pool import WorkerPool
-from app.service.registry import (
-    LoadedModel,
-    ModelRegistry,
-    TranscriptionJob,
-    TranscriptionResult,
-)
+from app.service.registry import LoadedModel, TranscriptionJob, TranscriptionResult
 from app.service.results import Segment
 
 log = logging.getLogger(__name__)
@@ -80,7 +77,7 @@ class _Disconnected(Exception):
 async def create_transcription(
     request: Request,
     form: Annotated[AudioForm, Depends(audio_form)],
-    registry: Annotated[ModelRegistry, Depends(get_registry)],
+    models: Annotated[ModelManager, Depends(get_models)],
     pool: Annotated[WorkerPool, Depends(get_pool)],
     settings: Annotated[Settings, Depends(get_settings)],
     metrics: Annotated[Metrics, Depends(get_metrics)],
@@ -88,7 +85,7 @@ async def create_transcription(
 ) -> Response:
     """Transcribe audio into the input language."""
     return await _handle(
-        request, form, registry, pool, settings, metrics, task="transcribe", language=language
+        request, form, models, pool, settings, metrics, task="transcribe", language=language
     )
 
 
@@ -96,14 +93,14 @@ async def create_transcription(
 async def create_translation(
     request: Request,
     form: Annotated[AudioForm, Depends(audio_form)],
-    registry: Annotated[ModelRegistry, Depends(get_registry)],
+    models: Annotated[ModelManager, Depends(get_models)],
     pool: Annotated[WorkerPool, Depends(get_pool)],
     settings: Annotated[Settings, Depends(get_settings)],
     metrics: Annotated[Metrics, Depends(get_metrics)],
 ) -> Response:
     """Translate audio into English."""
     return await _handle(
-        request, form, registry, pool, settings, metrics, task="translate", language=None
+        request, form, models, pool, settings, metrics, task="translate", language=None
     )
 
 
@@ -111,7 +108,7 @@ async def create_translation(
 async def _handle(
     request: Request,
     form: AudioForm,
-    registry: ModelRegistry,
+    models: ModelManager,
     pool: WorkerPool,
     settings: Settings,
     metrics: Metrics,
@@ -119,8 +116,30 @@ async def _handle(
     task: Task,
     language: str | None,
 ) -> Response:
+    """The request holds a lease on its model until its job is over (an unload waits)."""
     clock = Stopwatch()
-    loaded = registry.get(form.model)
+    lease = await models.acquire(form.model)
+    try:
+        return await _transcribe(
+            request, form, lease, pool, settings, metrics, clock, task=task, language=language
+        )
+    finally:
+        lease.release_unless_handed_over()
+
+
+async def _transcribe(
+    request: Request,
+    form: AudioForm,
+    lease: Lease,
+    pool: WorkerPool,
+    settings: Settings,
+    metrics: Metrics,
+    clock: Stopwatch,
+    *,
+    task: Task,
+    language: str | None,
+) -> Response:
+    loaded = lease.model
     data = await _read_upload(form.file, settings.max_upload_bytes)
     beam_size = form.beam_size
     if form.stream and beam_size is None:
@@ -143,7 +162,7 @@ async def _handle(
     )
     loaded.options_for(job)  # validate parameters now: a 400 rather than a failed job
     if form.stream:
-        return await _stream(request, loaded, job, pool, metrics, clock)
+        return await _stream(request, lease, job, pool, metrics, clock)
 
     cancel = threading.Event()
     queued_at = Stopwatch()
@@ -153,8 +172,10 @@ async def _handle(
         started.append(queued_at())
         return loaded.transcribe(job, cancel=cancel)
 
+    future = pool.submit(work)  # QueueFullError -> 429
+    lease.release_after(future)
     try:
-        result = await _until_disconnect(request, pool.run(work, cancel))
+        result = await _until_disconnect(request, _job_result(future, cancel))
     except _Disconnected:
         log.info("client disconnected; %s job on %s cancelled", task, loaded.name)
         metrics.observe_failure(loaded.name, task, "cancelled")
@@ -164,6 +185,16 @@ async def _handle(
         raise
     metrics.observe_result(loaded.name, result, started[0] if started else 0.0, clock())
     return _format(result, form, loaded)
+
+
+async def _job_result(future: Future[T], cancel: threading.Event) -> T:
+    """The job's result; cancelling the wait drops a waiting job or stops a running one."""
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        cancel.set()
+        future.cancel()
+        raise
 
 
 def _outcome(error: Exception) -> str:
@@ -239,7 +270,7 @@ def _sse(event: BaseModel, *, compact: bool = False) -> bytes:
 
 async def _stream(
     request: Request,
-    loaded: LoadedModel,
+    lease: Lease,
     job: TranscriptionJob,
     pool: WorkerPool,
     metrics: Metrics,
@@ -251,6 +282,7 @@ async def _stream(
     only once the upload has decoded, so bad audio is still a plain 415/413. After that, errors
     become an `error` event. Closing the connection cancels the job.
     """
+    loaded = lease.model
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, str | Segment | None]] = asyncio.Queue()
     cancel = threading.Event()
@@ -274,6 +306,7 @@ async def _stream(
         )
 
     future: Future[TranscriptionResult] = pool.submit(work)  # QueueFullError -> 429
+    lease.release_after(future)
     future.add_done_callback(lambda _f: post("end", None))
 
     try:

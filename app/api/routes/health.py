@@ -23,8 +23,9 @@ async def health(
     pool: Annotated[WorkerPool, Depends(get_pool)],
     settings: Annotated[Settings, Depends(get_settings)],
 ) -> JSONResponse:
-    """Readiness and liveness in one (no API key needed): 200 once every model is warm, 503
-    again once a shutdown signal came (a load balancer stops sending new work here)."""
+    """Readiness and liveness in one (no API key needed): 200 once the start-up models are
+    warm, 503 again once a shutdown signal came (a load balancer stops sending new work here).
+    `models` are the models loaded now, each with the memory its load took."""
     models: list[HealthModel] = []
     if readiness.ready:
         models = [
@@ -34,8 +35,9 @@ async def health(
                 devices=i.devices,
                 load_s=i.load_s,
                 warmup_s=i.warmup_s,
+                memory_bytes=i.memory_bytes,
             )
-            for i in request.app.state.registry.infos()
+            for i in request.app.state.models.infos()
         ]
     stats = pool.stats()
     serving = readiness.ready and not readiness.draining

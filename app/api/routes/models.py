@@ -1,28 +1,60 @@
-"""`GET /v1/models` and `GET /v1/models/{model}`: the loaded models, in OpenAI's list shape."""
+"""`/v1/models`: list, retrieve (OpenAI's shapes), load (POST) and unload (DELETE) models.
+
+Ids may hold a `/` (Hub repository ids), hence the path converter. `POST` answers 200 when the
+model is loaded already, else 202 while it is fetched/built/loaded (progress on `GET`); `DELETE`
+answers 200 once unloaded, 202 while requests in flight finish. Always behind the API key.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
+from fastapi.responses import JSONResponse
 
 from app.api.auth import require_api_key
-from app.api.deps import get_registry
+from app.api.deps import get_models
 from app.api.schemas import ERROR_RESPONSES, ModelList, ModelObject
-from app.service.registry import ModelRegistry
+from app.service.model_manager import ModelManager
+from app.service.model_options import ModelStatus
 
 router = APIRouter(prefix="/v1", tags=["models"], dependencies=[Depends(require_api_key)])
 
+Models = Annotated[ModelManager, Depends(get_models)]
+ModelId = Annotated[str, Path(description="A model id; may contain '/' (org/name).")]
+_CHANGE_RESPONSES: dict[int | str, dict[str, object]] = {
+    202: {"model": ModelObject, "description": "Started; its state and progress on GET"},
+    403: {"description": "The model needs new weights and STT_MODEL_DOWNLOADS is off"},
+    409: {"description": "The model is being unloaded or loaded"},
+    **ERROR_RESPONSES,
+}
+
 
 @router.get("/models", responses=ERROR_RESPONSES)
-async def list_models(registry: Annotated[ModelRegistry, Depends(get_registry)]) -> ModelList:
-    """The models this server has loaded and can transcribe with."""
-    return ModelList(data=[ModelObject.from_info(info) for info in registry.infos()])
+async def list_models(models: Models) -> ModelList:
+    """Loaded models and those that can be loaded (built folders, the catalog and aliases)."""
+    return ModelList(data=[ModelObject.from_status(s) for s in models.statuses()])
 
 
-@router.get("/models/{model}", responses=ERROR_RESPONSES)
-async def retrieve_model(
-    model: str, registry: Annotated[ModelRegistry, Depends(get_registry)]
-) -> ModelObject:
-    """One loaded model; 404 if it is not loaded."""
-    return ModelObject.from_info(registry.get(model).info)
+@router.get("/models/{model_id:path}", responses=ERROR_RESPONSES)
+async def retrieve_model(model_id: ModelId, models: Models) -> ModelObject:
+    """One model and its state; 404 if it is neither built, known nor being loaded."""
+    return ModelObject.from_status(models.status(model_id))
+
+
+@router.post("/models/{model_id:path}", response_model=ModelObject, responses=_CHANGE_RESPONSES)
+async def load_model(model_id: ModelId, models: Models) -> JSONResponse:
+    """Fetch, build and load a model: 200 when loaded already, else 202."""
+    return _answer(models.load(model_id), done="loaded")
+
+
+@router.delete("/models/{model_id:path}", response_model=ModelObject, responses=_CHANGE_RESPONSES)
+async def unload_model(model_id: ModelId, models: Models) -> JSONResponse:
+    """Unload a model once its requests in flight finish: 200 when unloaded, else 202."""
+    return _answer(models.unload(model_id), done="available")
+
+
+def _answer(status: ModelStatus, *, done: str) -> JSONResponse:
+    body = ModelObject.from_status(status)
+    code = 200 if body.state in (done, "failed") else 202
+    return JSONResponse(body.model_dump(), status_code=code)
