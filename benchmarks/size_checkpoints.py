@@ -1,12 +1,13 @@
 """Full-size random-weight Whisper checkpoints for `benchmarks/model_sizes.py`.
 
 Each size gets its real structure (widths, layers, heads, mel bins, vocabulary) with random
-weights (the values do not change the time): a Transformers folder (`hf/`: config.json,
-generation_config.json, tokenizer.json, fp16 safetensors in 1 GB shards) written here, and the
-same weights converted to CTranslate2 int8 (`ct2/`) by `ct2-transformers-converter`.
+weights (the values do not change the time): a Transformers folder `ROOT/SIZE/hf/`
+(config.json, generation_config.json, tokenizer.json, fp16 safetensors in 1 GB shards).
+`benchmarks/model_sizes.py prepare` runs this script, then converts the folder to CTranslate2
+int8 and builds ours from it.
 
-Needs torch, transformers and ctranslate2 in one venv: `make bench-sizes-setup` puts them in
-`.venv-peer` (never in `.venv`: faster-whisper's onnxruntime would replace ours).
+Needs torch and transformers (the conversion, ctranslate2 too): `make bench-sizes-setup` puts all
+three in `.venv-peer` (faster-whisper's onnxruntime would replace ours in `.venv`).
 
     .venv-peer/bin/python benchmarks/size_checkpoints.py large-v3 --root /work/ckpt
 
