@@ -8,6 +8,7 @@ from __future__ import annotations
 import filecmp
 import json
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,13 +69,15 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
 
 
 @pytest.fixture
-def fresh(hub: HubServer) -> Iterator[HubServer]:
-    """The module's server with no fault set and an empty request log (restored afterwards)."""
+def fresh(hub: HubServer, tmp_path: Path) -> Iterator[HubServer]:
+    """The module's server with no fault set and an empty request log; the test's Hugging Face
+    cache (tmp_path/hf) is removed afterwards (weights are large)."""
     hub.faults.clear()
     hub.requests.clear()
     hub._cut.clear()
     yield hub
     hub.faults.clear()
+    shutil.rmtree(tmp_path / "hf", ignore_errors=True)
 
 
 def _refused(hub: HubServer, tmp_path: Path, model_id: str, **env: str) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +56,7 @@ class HubBuilds:
 
 
 @pytest.fixture(scope="module")
-def hub_builds(tmp_path_factory: pytest.TempPathFactory) -> HubBuilds:
+def hub_builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubBuilds]:
     hf_home, models = tmp_path_factory.mktemp("hf-home"), tmp_path_factory.mktemp("models")
     with HubServer(base_repos()) as hub:
         env = hub_env(hub.url, hf_home)
@@ -73,6 +75,8 @@ def hub_builds(tmp_path_factory: pytest.TempPathFactory) -> HubBuilds:
             cli.stderr,
             obtained["progress"],
         )
+    shutil.rmtree(hf_home)  # the downloads and builds are large
+    shutil.rmtree(models)
 
 
 def _transcripts(transcriber: Transcriber) -> list[str]:
