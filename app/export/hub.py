@@ -62,17 +62,21 @@ def _resolve(api: HfApi, ref: ModelRef, online: bool, why_local: str) -> Resolve
             f"no repository {repo} on {constants.ENDPOINT} (or it is private: set HF_TOKEN)"
         ) from e
     except RevisionResolutionError as e:
-        reason = f"the Hub cannot be reached ({e.__cause__})" if e.__cause__ else why_local
-        raise BuildError(_not_cached(repo, reason)) from e
+        if e.__cause__ is None:
+            raise BuildError(_not_cached(repo, why_local)) from e
+        reason = f"the Hub cannot be reached ({e.__cause__})"
+        raise BuildError(_not_cached(repo, reason, unreachable=True)) from e
     except HfHubHTTPError as e:
         raise BuildError(f"the Hub refused {repo}: {_said(e)}") from e
 
 
-def _not_cached(repo: str, reason: str) -> str:
-    return (
-        f"{repo} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {reason}: "
-        f"fetch it once with downloads on"
+def _not_cached(repo: str, reason: str, unreachable: bool = False) -> str:
+    fix = (
+        f"check the network and HF_ENDPOINT ({constants.ENDPOINT})"
+        if unreachable
+        else "fetch it once with downloads on"
     )
+    return f"{repo} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {reason}: {fix}"
 
 
 def _listing(
@@ -84,18 +88,19 @@ def _listing(
     online = allow_download and not constants.HF_HUB_OFFLINE
     why_local = "HF_HUB_OFFLINE is set" if allow_download else "downloads are off"
     revision = _resolve(api, ref, online, why_local)
+    unreachable = False
     if online:
         try:
             info = api.model_info(repo, revision=revision.resolved, files_metadata=True)
             return revision, {s.rfilename: s.size for s in info.siblings or ()}, True
         except (OfflineModeIsEnabled, httpx2.TransportError) as e:
-            why_local = f"the Hub cannot be reached ({e})"
+            why_local, unreachable = f"the Hub cannot be reached ({e})", True
         except HfHubHTTPError as e:
             raise BuildError(f"the Hub refused the file list of {repo}: {_said(e)}") from e
     try:
         cached = get_cached_repo_tree(repo, revision=revision.resolved)
     except CachedRepoTreeNotFoundError as e:
-        raise BuildError(_not_cached(repo, why_local)) from e
+        raise BuildError(_not_cached(repo, why_local, unreachable)) from e
     return revision, {f.path: f.size for f in cached}, False
 
 

@@ -9,6 +9,7 @@ import filecmp
 import json
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,3 +245,15 @@ def test_cli_names_the_problem_without_a_traceback(fresh: HubServer, tmp_path: P
         "error: test-org/bert is not a Whisper model: its config.json has model_type 'bert'"
     )
     assert "Traceback" not in done.stderr
+
+
+def test_an_unreachable_hub_without_a_cache_says_so(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    result = run_obtain(hub_env(url, tmp_path / "hf"), "test-org/ct2-base", tmp_path / "models")
+    assert result["error"].startswith(
+        "test-org/ct2-base is not in the Hugging Face cache"
+    ) and result["error"].endswith(f"check the network and HF_ENDPOINT ({url})")
+    assert "the Hub cannot be reached" in result["error"]
+    assert not (tmp_path / "models").exists()
