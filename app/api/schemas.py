@@ -196,6 +196,7 @@ class ModelObject(BaseModel):
     memory_bytes: int | None = Field(
         default=None, description="Growth of the server's RSS while it loaded (when loaded)."
     )
+    in_use: int = Field(default=0, description="Requests and live sessions using it now.")
 
     @classmethod
     def from_status(cls, status: ModelStatus) -> ModelObject:
@@ -214,6 +215,7 @@ class ModelObject(BaseModel):
             multilingual=info.multilingual if info else None,
             devices=info.devices if info else None,
             memory_bytes=info.memory_bytes if info else None,
+            in_use=status.leases,
         )
 
 

@@ -369,8 +369,9 @@ class ModelManager:
                 folder = self._build(key)
             model = open_model(key, folder, self.open_options, self.vad)
         except Exception as e:
-            message = str(e) if isinstance(e, ModelLoadError) else f"{type(e).__name__}: {e}"
-            log.error("model %s: load failed: %s", key, message, exc_info=e)
+            known = isinstance(e, ModelLoadError)  # its message says it all
+            message = str(e) if known else f"{type(e).__name__}: {e}"
+            log.error("model %s: load failed: %s", key, message, exc_info=None if known else e)
             with self._lock:
                 entry = self._entries[key]
                 entry.state, entry.error, entry.loading, entry.progress = (

@@ -10,6 +10,8 @@ real build that takes several seconds. At most 2 models stay loaded.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from websockets.asyncio.client import connect
 
 from tests.api.conftest import (
     JFK_TEXT,
@@ -177,6 +180,31 @@ def test_a_request_naming_a_built_model_loads_it(server: LiveServer) -> None:
     r = transcribe(server, "base")
     assert r.status_code == 200 and normalise(r.json()["text"]) == normalise(JFK_TEXT)
     assert get(server, "base")["loaded"]
+
+
+def test_a_live_session_holds_its_model_until_it_ends(server: LiveServer) -> None:
+    if not get(server, "base")["loaded"]:
+        assert transcribe(server, "base").status_code == 200  # autoload
+
+    async def session() -> tuple[httpx.Response, dict, list[dict]]:
+        url = server.base_url.replace("http://", "ws://") + f"/v1/audio/stream?api_key={KEY}"
+        async with connect(url) as ws:
+            assert json.loads(await ws.recv())["type"] == "session.created"
+            await ws.send(json.dumps({"type": "session.update", "session": {"model": "base"}}))
+            updated = json.loads(await ws.recv())
+            assert updated["type"] == "session.updated", updated
+            deleted = await asyncio.to_thread(
+                httpx.delete, server.url("/v1/models/base"), headers=server.auth, timeout=10
+            )
+            during = await asyncio.to_thread(get, server, "base")
+            await ws.send(json.dumps({"type": "session.close"}))
+            return deleted, during, [json.loads(m) async for m in ws]
+
+    deleted, during, events = asyncio.run(session())
+    assert deleted.status_code == 202 and deleted.json()["state"] == "unloading", deleted.text
+    assert during["state"] == "unloading" and during["in_use"] == 1, during
+    assert events[-1]["type"] == "transcript.text.done", events
+    assert not wait_state(server, "base", {"available"}, 10)["loaded"]
 
 
 def test_the_least_recently_used_idle_model_makes_room(server: LiveServer) -> None:

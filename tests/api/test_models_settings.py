@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from fastapi.testclient import TestClient
 
+from app.config import Settings
+from app.main import create_app
 from tests.api.conftest import (
     JFK_TEXT,
     JFK_WAV,
@@ -101,6 +105,23 @@ def test_unknown_ids_are_404_with_what_an_id_can_be(ttl_server: LiveServer) -> N
     r = httpx.get(ttl_server.url("/v1/models/openai/whisper-small"), headers=ttl_server.auth)
     error = assert_openai_error(r, 404)
     assert "openai/whisper-small" in error["message"]
+    with pytest.raises(openai.NotFoundError, match="openai/whisper-small"):
+        client.models.retrieve("openai/whisper-small")
+
+
+def test_an_unbuilt_start_up_model_needs_downloads_or_a_cache(tmp_path: Path) -> None:
+    """STT_MODELS takes Hub ids; with fetching off and nothing cached the server stays up and
+    says why on /health."""
+    (tmp_path / "tiny.en").symlink_to(model_dir("tiny.en"), target_is_directory=True)
+    settings = Settings(models=["openai/whisper-small", "tiny.en"], models_dir=tmp_path)
+    app = create_app(settings)
+    with TestClient(app) as client:
+        assert app.state.readiness.wait(60)
+        r = client.get("/health")
+        assert r.status_code == 503 and r.json()["status"] == "failed"
+        message = r.json()["error"]
+        assert "openai/whisper-small" in message and "STT_MODEL_DOWNLOADS is off" in message
+    assert not (tmp_path / "openai--whisper-small").exists()  # nothing half-built
 
 
 @pytest.mark.parametrize(
