@@ -35,6 +35,8 @@ pytestmark = pytest.mark.timeout(120)
 
 PUBLIC_PATHS = {"/health", "/", "/static/{name}"}
 PATH_VALUES = {"model": "tiny.en", "name": "app.js"}  # for {placeholders} in route paths
+# DELETE /v1/models/{model} unloads: a built model that is not loaded answers 200, changes nothing
+METHOD_PATH_VALUES = {"DELETE": {**PATH_VALUES, "model": "base"}}
 BAD_KEYS = {
     "missing": {},
     "wrong": {"Authorization": "Bearer not-the-key"},
@@ -57,18 +59,23 @@ def flat_routes(routes: list) -> list:
     return flat
 
 
+def fill(template: str, method: str) -> str:
+    """A route path with its `{placeholders}` (`{name:converter}` too) filled in for `method`."""
+    values = METHOD_PATH_VALUES.get(method, PATH_VALUES)
+    return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: values[m.group(1)], template)
+
+
 def app_routes() -> tuple[list[tuple[str, str]], list[str]]:
     """([(method, path)] of the HTTP routes, [path] of the WebSocket routes) of a fresh app."""
     app = create_app(Settings(models=["tiny.en"], models_dir=MODELS_DIR))
     http, ws = [], []
     for route in flat_routes(app.routes):
         template = route.path or getattr(route, "starlette_route", route).path  # WS: in there
-        path = re.sub(r"\{(\w+)\}", lambda m: PATH_VALUES[m.group(1)], template)
         if isinstance(getattr(route, "original_route", route), APIWebSocketRoute):
-            ws.append(path)
+            ws.append(fill(template, "GET"))
         elif template not in PUBLIC_PATHS:
             methods = getattr(route, "methods", None) or {"GET"}
-            http += [(m, path) for m in sorted(methods - {"HEAD"})]
+            http += [(m, fill(template, m)) for m in sorted(methods - {"HEAD"})]
     return http, ws
 
 

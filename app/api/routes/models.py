@@ -36,22 +36,22 @@ async def list_models(models: Models) -> ModelList:
     return ModelList(data=[ModelObject.from_status(s) for s in models.statuses()])
 
 
-@router.get("/models/{model_id:path}", responses=ERROR_RESPONSES)
-async def retrieve_model(model_id: ModelId, models: Models) -> ModelObject:
+@router.get("/models/{model:path}", responses=ERROR_RESPONSES)
+async def retrieve_model(model: ModelId, models: Models) -> ModelObject:
     """One model and its state; 404 if it is neither built, known nor being loaded."""
-    return ModelObject.from_status(models.status(model_id))
+    return ModelObject.from_status(models.status(model))
 
 
-@router.post("/models/{model_id:path}", response_model=ModelObject, responses=_CHANGE_RESPONSES)
-async def load_model(model_id: ModelId, models: Models) -> JSONResponse:
+@router.post("/models/{model:path}", response_model=ModelObject, responses=_CHANGE_RESPONSES)
+async def load_model(model: ModelId, models: Models) -> JSONResponse:
     """Fetch, build and load a model: 200 when loaded already, else 202."""
-    return _answer(models.load(model_id), done="loaded")
+    return _answer(models.load(model), done="loaded")
 
 
-@router.delete("/models/{model_id:path}", response_model=ModelObject, responses=_CHANGE_RESPONSES)
-async def unload_model(model_id: ModelId, models: Models) -> JSONResponse:
+@router.delete("/models/{model:path}", response_model=ModelObject, responses=_CHANGE_RESPONSES)
+async def unload_model(model: ModelId, models: Models) -> JSONResponse:
     """Unload a model once its requests in flight finish: 200 when unloaded, else 202."""
-    return _answer(models.unload(model_id), done="available")
+    return _answer(models.unload(model), done="available")
 
 
 def _answer(status: ModelStatus, *, done: str) -> JSONResponse:
