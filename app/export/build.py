@@ -30,7 +30,7 @@ from app.export.sources import (
     sha256_of,
 )
 from app.export.whisper_graphs import build_aligner, build_decoder, build_encoder
-from app.runtime.contract import MODEL_FILES, ContractError, Manifest, missing_files
+from app.runtime.contract import ContractError, Manifest, missing_files
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,15 @@ class BuildSummary:
         )
 
 
-def _save(model: onnx.ModelProto, path: Path) -> None:
-    if model.ByteSize() > _MAX_PROTOBUF_BYTES:
-        onnx.save(model, path, save_as_external_data=True, location=f"{path.name}.data")
-    else:
+def _save(model: onnx.ModelProto, path: Path) -> list[str]:
+    """Write `model` to `path`; its weights go to `<file>.data` beside it when the graph is over
+    protobuf's 2 GB limit. Returns the names of the files written."""
+    if model.ByteSize() <= _MAX_PROTOBUF_BYTES:
         onnx.save(model, path)
+        return [path.name]
+    data = f"{path.name}.data"
+    onnx.save(model, path, save_as_external_data=True, location=data, size_threshold=1024)
+    return [path.name, data]
 
 
 def _stale(folder: Path) -> str | None:
@@ -82,7 +86,7 @@ def build_model(
     name: str,
     models_dir: Path,
     cache_dir: Path,
-    precision: str = "fp32",
+    precision: str = "int8",
     source_folder: Path | None = None,
     skip_existing: bool = False,
     progress: bool = True,
@@ -122,32 +126,29 @@ def build_model(
         steps.set_postfix_str("reading weights")
         weights = source.load_weights()
         dims = weights.dims()
+        manifest = build_manifest(
+            name, dims, source.tokenizer, source.generation, precision, source.description
+        )
         steps.update()
         partial.mkdir(parents=True)
         weight_format = PRECISIONS[precision]
         steps.set_postfix_str("encoder graph")
-        _save(build_encoder(weights, weight_format), partial / "encoder.onnx")
+        written = _save(build_encoder(weights, weight_format), partial / "encoder.onnx")
         steps.update()
         steps.set_postfix_str("decoder graphs")
-        _save(build_decoder(weights, weight_format), partial / "decoder.onnx")
-        shutil.copyfile(source.tokenizer, partial / "tokenizer.json")
-        manifest = build_manifest(
-            name,
-            dims,
-            partial / "tokenizer.json",
-            source.generation,
-            precision,
-            source.description,
-        )
+        written += _save(build_decoder(weights, weight_format), partial / "decoder.onnx")
         aligner = build_aligner(
             weights, weight_format, manifest.alignment_heads, manifest.special.eot
         )
-        _save(aligner, partial / "aligner.onnx")
+        written += _save(aligner, partial / "aligner.onnx")
         del weights, aligner
+        shutil.copyfile(source.tokenizer, partial / "tokenizer.json")
+        written.append("tokenizer.json")
         steps.update()
         steps.set_postfix_str("hashing")
-        hashes = {f: sha256_of(partial / f) for f in MODEL_FILES if f != "manifest.json"}
-        manifest = dataclasses.replace(manifest, sha256=hashes)
+        manifest = dataclasses.replace(
+            manifest, sha256={f: sha256_of(partial / f) for f in written}
+        )
         (partial / "manifest.json").write_text(manifest.to_json())
         steps.update()
         partial.rename(target)

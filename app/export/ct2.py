@@ -101,6 +101,33 @@ def read_model_bin(parts: Iterable[Path]) -> dict[str, np.ndarray]:
     return variables
 
 
+def _dequantize(ct2: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Quantized CTranslate2 weights (`int8*` models: int8 `weight` with a float32 `weight_scale`
+    per output row; `int16`: one scale) as fp16 `weight / weight_scale` (CTranslate2 stores
+    round(w * scale)); other variables as they are, copied out of the file's buffer when some
+    were quantized, so the buffer can go."""
+    scales = {n for n in ct2 if n.endswith("/weight_scale")}
+    if not scales:
+        return ct2
+    out = {
+        name: np.array(array)
+        for name, array in ct2.items()
+        if name not in scales and f"{name}_scale" not in scales
+    }
+    done: dict[int, np.ndarray] = {}  # aliases (the tied projection) share their arrays
+    for scale_name in scales:
+        weight_name = scale_name.removesuffix("_scale")
+        quantized = ct2.get(weight_name)
+        if quantized is None or quantized.dtype not in (np.int8, np.int16):
+            raise BuildError(f"{weight_name} has a scale but is not int8 or int16 weights")
+        if id(quantized) not in done:
+            scale = np.asarray(ct2[scale_name], np.float32)
+            scale = scale.reshape(scale.shape + (1,) * (quantized.ndim - scale.ndim))
+            done[id(quantized)] = (quantized.astype(np.float32) / scale).astype(np.float16)
+        out[weight_name] = done[id(quantized)]
+    return out
+
+
 def _split(array: np.ndarray, n: int) -> list[np.ndarray]:
     return np.split(array, n, axis=0)
 
@@ -141,10 +168,12 @@ def _layer_count(ct2: dict, stack: str) -> int:
 
 
 def ct2_to_hf(ct2: dict[str, np.ndarray]) -> WhisperWeights:
-    """Rename/unfuse CTranslate2 Whisper variables to `WhisperForConditionalGeneration` names.
+    """Rename/unfuse CTranslate2 Whisper variables (dequantized to fp16 when quantized) to
+    `WhisperForConditionalGeneration` names.
 
     The output projection stays tied to `model.decoder.embed_tokens.weight` (no `proj_out`).
     """
+    ct2 = _dequantize(ct2)
     try:
         hf: dict[str, np.ndarray] = {
             "model.encoder.embed_positions.weight": ct2["encoder/position_encodings/encodings"],

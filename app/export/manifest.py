@@ -1,4 +1,5 @@
-"""The manifest of a built model: dims, special tokens and language ids read off the tokenizer."""
+"""The manifest of a built model: dims, special tokens and language ids read off the tokenizer,
+which must fit the weights' vocabulary."""
 
 from __future__ import annotations
 
@@ -11,14 +12,37 @@ from app.export.sources import GenerationConfig
 from app.runtime.contract import Dims, Manifest, SpecialTokens
 
 _LANGUAGE_TOKEN = re.compile(r"^<\|([a-z]{2,3}|haw|yue)\|>$")
+_TIMESTAMP_TOKEN = re.compile(r"^<\|\d+\.\d\d\|>$")
+N_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>, right after <|notimestamps|>
+MULTILINGUAL_VOCAB = 51865  # openai/whisper: a vocabulary this large or larger is multilingual
 
 
-def _special_token_ids(tokenizer_json: Path) -> dict[str, int]:
+def _tokenizer_ids(tokenizer_json: Path) -> tuple[dict[str, int], int]:
+    """The added (special) tokens' ids by content, and the tokenizer's size (largest id + 1 over
+    the BPE vocabulary and the added tokens)."""
     try:
         data = json.loads(tokenizer_json.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        added = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
+        vocab = data.get("model", {}).get("vocab", {})
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise BuildError(f"cannot read {tokenizer_json}: {e}") from e
-    return {t["content"]: t["id"] for t in data.get("added_tokens", [])}
+    ids = [*added.values(), *(vocab.values() if isinstance(vocab, dict) else ())]
+    return added, 1 + max(ids, default=-1)
+
+
+def _check_fits(name: str, size: int, ids: dict[str, int], no_timestamps: int, n_vocab: int):
+    """Raise BuildError unless the tokenizer describes exactly the weights' `n_vocab` tokens: its
+    own tokens end at <|notimestamps|>, the 1501 timestamp tokens follow (listed or not)."""
+    with_timestamps = no_timestamps + 1 + N_TIMESTAMPS
+    listed = [t for c, t in ids.items() if _TIMESTAMP_TOKEN.match(c)]
+    beyond = size - (no_timestamps + 1) - len(listed)
+    if with_timestamps != n_vocab or size > with_timestamps or beyond > 0:
+        raise BuildError(
+            f"{name} does not fit the weights: it describes a vocabulary of {with_timestamps} "
+            f"tokens ({no_timestamps + 1} tokens up to <|notimestamps|> + {N_TIMESTAMPS} "
+            f"timestamps; the file lists {size}), the weights' token embedding has {n_vocab} "
+            f"rows; use the tokenizer.json that belongs to these weights"
+        )
 
 
 def build_manifest(
@@ -29,8 +53,11 @@ def build_manifest(
     precision: str,
     source: dict,
 ) -> Manifest:
-    """Everything the runtime needs to know about the model besides its graphs."""
-    ids = _special_token_ids(tokenizer_json)
+    """Everything the runtime needs to know about the model besides its graphs.
+
+    Raises BuildError when the tokenizer does not fit the weights' vocabulary (before any special
+    token id is taken from it)."""
+    ids, size = _tokenizer_ids(tokenizer_json)
 
     def token(*contents: str) -> int:
         for content in contents:
@@ -39,6 +66,7 @@ def build_manifest(
         raise BuildError(f"{tokenizer_json} lacks the special token {contents[0]}")
 
     no_timestamps = token("<|notimestamps|>")
+    _check_fits(tokenizer_json.name, size, ids, no_timestamps, dims.n_vocab)
     sot = token("<|startoftranscript|>")
     translate = token("<|translate|>")
     languages = {
@@ -46,11 +74,9 @@ def build_manifest(
         for content, token_id in ids.items()
         if sot < token_id < translate and (m := _LANGUAGE_TOKEN.match(content))
     }
-    multilingual = dims.n_vocab >= 51865
+    multilingual = dims.n_vocab >= MULTILINGUAL_VOCAB
     if not multilingual:
         languages = {code: i for code, i in languages.items() if code == "en"}
-    if dims.n_vocab <= no_timestamps:
-        raise BuildError(f"vocabulary of {dims.n_vocab} has no room for timestamp tokens")
     return Manifest(
         name=name,
         dims=dims,

@@ -21,8 +21,19 @@ TIME_PRECISION = 0.02  # seconds per timestamp token and per encoder frame (30 s
 
 
 def missing_files(folder: Path) -> list[str]:
-    """The contract's files that `folder` lacks (empty for a complete model folder)."""
-    return [f for f in MODEL_FILES if not (Path(folder) / f).is_file()]
+    """The contract's files that `folder` lacks, and the external weights files (`*.onnx.data`,
+    graphs over 2 GB) its manifest lists (empty for a complete model folder)."""
+    folder = Path(folder)
+    return [f for f in (*MODEL_FILES, *_external_data(folder)) if not (folder / f).is_file()]
+
+
+def _external_data(folder: Path) -> list[str]:
+    """The `*.data` files the manifest's sha256 list names (none without a readable manifest)."""
+    try:
+        hashes = json.loads((folder / "manifest.json").read_text()).get("sha256", {})
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [name for name in hashes if isinstance(name, str) and name.endswith(".data")]
 
 
 class ContractError(RuntimeError):

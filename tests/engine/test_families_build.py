@@ -1,0 +1,178 @@
+"""What a build of any family must get right beyond the arithmetic (tests/checkpoints.py):
+
+- a tokenizer that does not fit the weights' vocabulary is refused, naming both sizes, and
+  nothing is left in the models folder; one that lists the 1501 timestamp tokens (as the hub's
+  tokenizer.json files do) is taken, with the same special ids;
+- graphs beyond protobuf's limit go to external `.data` files: the manifest hashes them, the
+  folder check requires them, the runtime loads the folder and computes what the inline build
+  computes;
+- a 128-mel, 100-language model built with the defaults (int8 files) transcribes through our
+  Transcriber: long-form with timestamps and word timing, and language detection.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.engine.audio import decode_audio
+from app.engine.languages import LANGUAGES
+from app.engine.tokenizer import Tokenizer
+from app.export import build
+from app.export.build import build_model
+from app.export.errors import BuildError
+from app.export.sources import sha256_of
+from app.runtime.contract import ContractError, Manifest, missing_files
+from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.service.options import TranscriptionOptions
+from app.service.transcriber import Transcriber
+from tests.checkpoints import (
+    FAMILIES,
+    N_TIMESTAMPS,
+    CheckpointStore,
+    checkpoint_store,
+    special_ids,
+    tokenizer_json,
+)
+from tests.conftest import AUDIO, WEIGHTS_CACHE
+
+EARNINGS = "earnings22_1_4482311_3_62.wav"  # 60 s: two windows or more
+
+
+@pytest.fixture(scope="session")
+def store(tmp_path_factory: pytest.TempPathFactory) -> CheckpointStore:
+    return checkpoint_store(tmp_path_factory.getbasetemp() / "families")
+
+
+def _with_tokenizer(checkpoint: Path, tokenizer: dict, folder: Path) -> Path:
+    """A copy of `checkpoint` (its weights linked) with another tokenizer.json."""
+    folder.mkdir()
+    for path in checkpoint.iterdir():
+        if path.name != "tokenizer.json":
+            (folder / path.name).symlink_to(path)
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("family", "tokenizer_vocab"),
+    [
+        ("large-v3-128", 51865),  # large-v3 weights with the 99-language tokenizer
+        ("multilingual-80", 51866),  # and the other way round
+        ("multilingual-80", 51864),  # a multilingual model with the English-only tokenizer
+        ("english-80", 51865),
+    ],
+)
+@pytest.mark.parametrize("layout", ["hf", "ct2"])
+def test_build_refuses_a_tokenizer_that_does_not_fit_the_weights(
+    store: CheckpointStore, tmp_path: Path, family: str, tokenizer_vocab: int, layout: str
+) -> None:
+    weights = FAMILIES[family]
+    source = _with_tokenizer(
+        store.source(weights, layout), tokenizer_json(tokenizer_vocab), tmp_path / "source"
+    )
+    models = tmp_path / "models"
+    with pytest.raises(BuildError) as refused:
+        build_model("mismatch", models, WEIGHTS_CACHE, "int8", source, progress=False)
+    message = str(refused.value)
+    assert f"{tokenizer_vocab} tokens" in message
+    assert f"{weights.n_vocab} rows" in message
+    assert not models.exists() or not any(models.iterdir()), "a refused build left files"
+
+
+def test_a_tokenizer_listing_the_timestamp_tokens_is_taken(
+    store: CheckpointStore, tmp_path: Path
+) -> None:
+    family = FAMILIES["large-v3-128"]
+    tokenizer = tokenizer_json(family.n_vocab)
+    first = max(special_ids(tokenizer).values()) + 1
+    template = tokenizer["added_tokens"][-1]
+    tokenizer["added_tokens"] += [
+        {**template, "id": first + i, "content": f"<|{i * 0.02:.2f}|>"} for i in range(N_TIMESTAMPS)
+    ]
+    source = _with_tokenizer(store.hf(family), tokenizer, tmp_path / "source")
+    summary = build_model(
+        "listed", tmp_path / "models", WEIGHTS_CACHE, "fp32", source, progress=False
+    )
+    assert summary is not None
+    built = Manifest.load(summary.folder)
+    assert built.special == Manifest.load(store.built(family, "hf")).special
+    assert built.language_ids == Manifest.load(store.built(family, "hf")).language_ids
+    # one token beyond the timestamps no longer fits
+    tokenizer["added_tokens"].append({**template, "id": first + N_TIMESTAMPS, "content": "<|x|>"})
+    (source / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(BuildError, match=f"{family.n_vocab} rows"):
+        build_model("extra", tmp_path / "models", WEIGHTS_CACHE, "fp32", source, progress=False)
+
+
+def test_graphs_over_the_protobuf_limit_go_to_external_data(
+    store: CheckpointStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit lowered to 1 MB stands in for 2 GB (a real one would take minutes to build)."""
+    family = FAMILIES["distil-128"]
+    monkeypatch.setattr(build, "_MAX_PROTOBUF_BYTES", 1_000_000)
+    summary = build_model(
+        "external", tmp_path, WEIGHTS_CACHE, "fp32", store.hf(family), progress=False
+    )
+    assert summary is not None
+    folder = summary.folder
+    data = {f"{graph}.onnx.data" for graph in ("encoder", "decoder", "aligner")}
+    assert data <= {p.name for p in folder.iterdir()}
+    assert (folder / "decoder.onnx").stat().st_size < 1_000_000
+    hashes = Manifest.load(folder).sha256
+    assert data <= hashes.keys()
+    assert all(hashes[name] == sha256_of(folder / name) for name in hashes)
+
+    features = store.features("jfk.wav", family.n_mels)
+    tokens = np.array([[50258, 50259, 50360, 50364]], np.int64)
+    logits = []
+    for model in (folder, store.built(family, "hf")):
+        sessions = WhisperSessions.load(model, RuntimeOptions(device="CPU", threads=2))
+        n = tokens.shape[1]
+        out, _ = sessions.decode(
+            tokens,
+            np.arange(n, dtype=np.int64)[None],
+            np.ones((1, n), np.int64),
+            sessions.empty_past(1),
+            sessions.encode(features),
+        )
+        logits.append(out)
+        del sessions
+    np.testing.assert_array_equal(logits[0], logits[1])
+
+    (folder / "decoder.onnx.data").unlink()
+    assert missing_files(folder) == ["decoder.onnx.data"]
+    with pytest.raises(ContractError, match=r"decoder\.onnx\.data"):
+        WhisperSessions.load(folder, RuntimeOptions(device="CPU", threads=2))
+
+
+def test_a_large_v3_shaped_model_transcribes_long_form_with_words_and_detects_the_language(
+    store: CheckpointStore, tmp_path: Path
+) -> None:
+    family = FAMILIES["large-v3-128"]
+    summary = build_model("turbo", tmp_path, WEIGHTS_CACHE, source_folder=store.hf(family))
+    assert summary is not None and summary.precision == "int8"  # the default
+    sessions = WhisperSessions.load(summary.folder, RuntimeOptions(device="CPU", threads=2))
+    tokenizer = Tokenizer.from_folder(summary.folder)
+    assert len(tokenizer.language_codes) == 100 and "yue" in tokenizer.language_codes
+    transcriber = Transcriber(sessions, tokenizer)
+    options = TranscriptionOptions(
+        beam_size=None, temperature=0.0, word_timestamps=True, sample_len=48
+    )
+    audio = decode_audio(AUDIO / EARNINGS)
+    segments, info = transcriber.transcribe(audio, options)
+    segments = list(segments)
+    assert info.language in LANGUAGES and info.language in tokenizer.language_codes
+    assert info.all_language_probs is not None and len(info.all_language_probs) == 100
+    assert info.duration > 30  # more than one window
+    assert segments, "no segments"
+    assert len({s.seek for s in segments}) >= 2, "long-form should take several windows"
+    assert all(0 <= s.start <= s.end <= info.duration + 0.01 for s in segments)
+    words = [w for s in segments for w in s.words or ()]
+    assert words and all(w.start <= w.end for w in words)
+    del sessions
+    shutil.rmtree(summary.folder)
