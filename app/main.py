@@ -122,7 +122,6 @@ def build_models(settings: Settings) -> ModelManager:
         ),
         names=ModelNames(
             known=names.known_models(),
-            folder_name=names.folder_name,
             model_id=names.model_id,
             fetchable=_fetchable,
         ),

@@ -25,7 +25,6 @@ class ModelNames:
     """What the composition root knows about model ids (from `app.export.names`)."""
 
     known: Mapping[str, str] = field(default_factory=dict)  # catalog names, aliases -> description
-    folder_name: Callable[[str], str] = str  # model id -> its folder's name
     model_id: Callable[[str], str] = str  # folder name -> model id
     fetchable: Callable[[str], bool] = lambda _id: False  # a catalog name, alias or repo id
 
