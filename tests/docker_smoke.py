@@ -35,7 +35,7 @@ def main() -> int:
     args = parser.parse_args()
 
     client = OpenAI(base_url=args.base_url, api_key=args.api_key, timeout=300, max_retries=0)
-    served = [m.id for m in client.models.list().data]
+    served = [m.id for m in client.models.list().data if m.loaded]  # type: ignore[attr-defined]
     print(f"models served: {served}")
     if args.model not in served:
         print(f"FAIL: model {args.model!r} is not served", file=sys.stderr)
