@@ -2,7 +2,8 @@
 
 Ids may hold a `/` (Hub repository ids), hence the path converter. `POST` answers 200 when the
 model is loaded already, else 202 while it is fetched/built/loaded (progress on `GET`); `DELETE`
-answers 200 once unloaded, 202 while requests in flight finish. Always behind the API key.
+answers 200 once unloaded, 202 while requests in flight finish (409 while it is still loading).
+Always behind the API key.
 """
 
 from __future__ import annotations
