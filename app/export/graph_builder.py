@@ -66,7 +66,7 @@ class GraphBuilder:
         self.weight_format = weight_format
         self.weight_dtype = np.dtype(weight_format.dtype)
         self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
+        self._tensors: list[tuple[str, np.ndarray]] = []  # initializers, made protos in model()
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
         self._weights: dict[str, str] = {}
@@ -91,15 +91,14 @@ class GraphBuilder:
         if array.dtype == np.float64:
             array = array.astype(np.float32)
         name = self._fresh(hint)
-        self.initializers.append(numpy_helper.from_array(array, name))
+        self._tensors.append((name, array))
         return name
 
     def weight(self, name: str, array: np.ndarray) -> str:
         """A parameter, stored once under `name`; returns an fp32 value."""
         if name in self._weights:
             return self._weights[name]
-        stored = np.ascontiguousarray(array, dtype=self.weight_dtype)
-        self.initializers.append(numpy_helper.from_array(stored, name))
+        self._tensors.append((name, np.ascontiguousarray(array, dtype=self.weight_dtype)))
         value = name
         if self.weight_dtype != np.float32:
             value = self.op("Cast", [name], to=TensorProto.FLOAT, name=f"{name}_fp32")
@@ -120,7 +119,7 @@ class GraphBuilder:
             return self._weights[name]
         rows = array if channel_axis == 0 else array.T  # [out, in]
         q, scale = quantize_int8(rows, INT8_GROUP)
-        self.initializers.append(numpy_helper.from_array(q, name))
+        self._tensors.append((name, q))
         value = self.op("Cast", [name], to=TensorProto.FLOAT)
         value = self.op("Mul", [value, self.weight(f"{name}.scale", scale)])
         value = self.op(
@@ -138,9 +137,14 @@ class GraphBuilder:
         return out
 
     def model(self) -> onnx.ModelProto:
-        graph = helper.make_graph(
-            self.nodes, self.name, self.inputs, self.outputs, initializer=self.initializers
-        )
+        """The graph; the builder's arrays go into it one by one (each dropped once copied, so
+        the weights are never held twice: a large-v3 decoder is ~0.8 GB even in int8)."""
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs)
+        tensors, self._tensors = self._tensors[::-1], []
+        while tensors:
+            name, array = tensors.pop()
+            graph.initializer.append(numpy_helper.from_array(array, name))
+            del array
         model = helper.make_model(
             graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="app.export"
         )
