@@ -22,7 +22,7 @@ import numpy as np
 from app.export.ct2 import ct2_to_hf, read_model_bin
 from app.export.errors import BuildError
 from app.export.layouts import check_config, pick_layout
-from app.export.weights import WhisperWeights
+from app.export.weights import WhisperWeights, read_safetensors
 
 # a model folder's name: a catalog name, an alias, or a repository id with "/" written as "--"
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,199}\Z")
@@ -180,14 +180,9 @@ def resolve_local_folder(folder: Path, description: dict | None = None) -> Resol
 
 
 def _load_hf_safetensors(files: tuple[Path, ...], folder: Path) -> WhisperWeights:
-    from safetensors.numpy import load_file
-
     tensors: dict = {}
-    try:
-        for path in files:
-            tensors.update(load_file(str(path)))
-    except Exception as e:  # safetensors raises several unrelated types for a bad file
-        raise BuildError(f"cannot read {path.name}: {e}") from e
+    for path in files:
+        tensors.update(read_safetensors(path))
     tensors = {
         k if k.startswith("model.") or k == "proj_out.weight" else f"model.{k}": v
         for k, v in tensors.items()

@@ -1,5 +1,6 @@
 """What a build of any family must get right beyond the arithmetic (tests/checkpoints.py):
 
+- bf16 safetensors are read exactly;
 - a tokenizer that does not fit the weights' vocabulary is refused, naming both sizes, and
   nothing is left in the models folder; one that lists the 1501 timestamp tokens (as the hub's
   tokenizer.json files do) is taken, with the same special ids;
@@ -25,7 +26,7 @@ from app.engine.tokenizer import Tokenizer
 from app.export import build
 from app.export.build import build_model
 from app.export.errors import BuildError
-from app.export.sources import sha256_of
+from app.export.sources import resolve_local_folder, sha256_of
 from app.runtime.contract import ContractError, Manifest, missing_files
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from app.service.options import TranscriptionOptions
@@ -107,6 +108,30 @@ def test_a_tokenizer_listing_the_timestamp_tokens_is_taken(
     (source / "tokenizer.json").write_text(json.dumps(tokenizer))
     with pytest.raises(BuildError, match=f"{family.n_vocab} rows"):
         build_model("extra", tmp_path / "models", WEIGHTS_CACHE, "fp32", source, progress=False)
+
+
+def test_bf16_safetensors_are_read_exactly(store: CheckpointStore, tmp_path: Path) -> None:
+    """Some fine-tunes store bf16: widened to fp32 bit for bit (numpy has no bf16)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    family = FAMILIES["english-80"]
+    source, folder = store.hf(family), tmp_path / "bf16"
+    folder.mkdir()
+    for path in source.iterdir():
+        if path.suffix == ".safetensors":
+            tensors = {k: v.to(torch.bfloat16) for k, v in load_file(path).items()}
+            save_file(tensors, folder / path.name, metadata={"format": "pt"})
+        else:
+            (folder / path.name).symlink_to(path)
+    ours = resolve_local_folder(folder).load_weights()
+    original = resolve_local_folder(source).load_weights()
+    assert ours.tensors.keys() == original.tensors.keys()
+    for name, array in original.tensors.items():
+        widened = torch.from_numpy(np.asarray(array, np.float32)).bfloat16().float().numpy()
+        assert ours[name].dtype == np.float32
+        np.testing.assert_array_equal(ours[name], widened, err_msg=name)
+    assert build_model("bf16", tmp_path / "models", WEIGHTS_CACHE, "int8", folder, progress=False)
 
 
 def test_graphs_over_the_protobuf_limit_go_to_external_data(
