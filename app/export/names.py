@@ -101,6 +101,14 @@ def _hub_ref(model_id: str, repo: str) -> ModelRef:
     return ModelRef(id=model_id, kind="hub", repo_id=repo, revision=revision or None)
 
 
+def canonical_id(model_id: str) -> str:
+    """The one id of a model named several ways: `large` -> `large-v3`, `turbo` ->
+    `large-v3-turbo`, `openai/whisper-small` -> `small` (the first alias of its repository), so
+    each is fetched, built and loaded once. Other ids are returned as they are."""
+    repo = ALIASES[model_id][0] if model_id in ALIASES else model_id
+    return next((alias for alias, (r, _d) in ALIASES.items() if r == repo), model_id)
+
+
 def resolve_name(model_id: str) -> ModelRef:
     """The source of `model_id`; raises BuildError for an id that is neither known nor a repo id."""
     if model_id in catalog():

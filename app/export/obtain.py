@@ -14,7 +14,7 @@ from pathlib import Path
 
 from app.export.build import build_model
 from app.export.errors import BuildError
-from app.export.names import ModelRef, folder_name, resolve_name
+from app.export.names import ModelRef, canonical_id, folder_name, resolve_name
 from app.export.sources import MODEL_NAME, ResolvedSource, catalog
 from app.runtime.contract import ContractError, Manifest, missing_files
 
@@ -84,6 +84,7 @@ def obtain_model(
     cache. With `allow_download=False` nothing is fetched, but files already cached are built.
     `on_progress(fraction)` reports 0..1 over download and build. Raises BuildError.
     """
+    model_id = canonical_id(model_id)  # `turbo` and `large-v3-turbo` share one folder
     folder = folder_name(model_id)
     if not MODEL_NAME.match(folder):
         raise BuildError(

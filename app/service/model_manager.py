@@ -138,7 +138,7 @@ class ModelManager:
     def resolve(self, name: str | None) -> str:
         """The model id a request's name means ("" / None / OpenAI's names = the default)."""
         key = (name or "").strip() or self.default_model
-        return self.aliases.get(key, key)
+        return self.names.canonical(self.aliases.get(key, key))
 
     @property
     def loaded(self) -> list[str]:

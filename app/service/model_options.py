@@ -27,6 +27,7 @@ class ModelNames:
     known: Mapping[str, str] = field(default_factory=dict)  # catalog names, aliases -> description
     model_id: Callable[[str], str] = str  # folder name -> model id
     fetchable: Callable[[str], bool] = lambda _id: False  # a catalog name, alias or repo id
+    canonical: Callable[[str], str] = str  # the one id of a model named several ways
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,8 @@ def test_a_build_does_not_stall_requests_to_another_model(server: LiveServer) ->
             if state["progress"] is not None:
                 progress.append(state["progress"])
     assert state["state"] == "loaded", state
-    assert len(during) >= 2, f"the build ended before two rounds of requests: {during}"
+    # the build runs in a child process (~10 s for base): one round must finish inside it
+    assert during, "the build ended before a round of requests finished"
     assert max(during) < 30, during  # served at their usual pace, not after the build
     assert progress == sorted(progress) and all(0 <= p <= 1 for p in progress), progress
     assert (server.models_dir / "base" / "manifest.json").is_file()  # type: ignore[attr-defined]

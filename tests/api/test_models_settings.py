@@ -83,7 +83,7 @@ def test_an_idle_model_unloads_after_the_ttl_but_not_the_default(ttl_server: Liv
 
 
 def test_unbuilt_models_need_downloads_allowed(ttl_server: LiveServer) -> None:
-    for model in ("small", "openai/whisper-large-v3-turbo"):
+    for model in ("small", "Systran/faster-whisper-large-v3"):
         r = httpx.post(ttl_server.url(f"/v1/models/{model}"), headers=ttl_server.auth)
         error = assert_openai_error(r, 403, param="model")
         assert error["code"] == "model_downloads_disabled"
@@ -102,26 +102,31 @@ def test_unknown_ids_are_404_with_what_an_id_can_be(ttl_server: LiveServer) -> N
     with pytest.raises(openai.NotFoundError, match="no-such-model"):
         client.models.retrieve("no-such-model")
     # a repository id reaches the route whole (the path converter), and is not built here
-    r = httpx.get(ttl_server.url("/v1/models/openai/whisper-small"), headers=ttl_server.auth)
+    r = httpx.get(
+        ttl_server.url("/v1/models/Systran/faster-whisper-small"), headers=ttl_server.auth
+    )
     error = assert_openai_error(r, 404)
-    assert "openai/whisper-small" in error["message"]
-    with pytest.raises(openai.NotFoundError, match="openai/whisper-small"):
-        client.models.retrieve("openai/whisper-small")
+    assert "Systran/faster-whisper-small" in error["message"]
+    with pytest.raises(openai.NotFoundError, match="Systran/faster-whisper-small"):
+        client.models.retrieve("Systran/faster-whisper-small")
+    # an alias's repository id and its other aliases are the alias's one model
+    for other in ("openai/whisper-large-v3-turbo", "turbo"):
+        assert client.models.retrieve(other).id == "large-v3-turbo"
 
 
 def test_an_unbuilt_start_up_model_needs_downloads_or_a_cache(tmp_path: Path) -> None:
     """STT_MODELS takes Hub ids; with fetching off and nothing cached the server stays up and
     says why on /health."""
     (tmp_path / "tiny.en").symlink_to(model_dir("tiny.en"), target_is_directory=True)
-    settings = Settings(models=["openai/whisper-small", "tiny.en"], models_dir=tmp_path)
+    settings = Settings(models=["Systran/faster-whisper-small", "tiny.en"], models_dir=tmp_path)
     app = create_app(settings)
     with TestClient(app) as client:
         assert app.state.readiness.wait(60)
         r = client.get("/health")
         assert r.status_code == 503 and r.json()["status"] == "failed"
         message = r.json()["error"]
-        assert "openai/whisper-small" in message and "STT_MODEL_DOWNLOADS is off" in message
-    assert not (tmp_path / "openai--whisper-small").exists()  # nothing half-built
+        assert "Systran/faster-whisper-small" in message and "STT_MODEL_DOWNLOADS is off" in message
+    assert not (tmp_path / "Systran--faster-whisper-small").exists()  # nothing half-built
 
 
 @pytest.mark.parametrize(

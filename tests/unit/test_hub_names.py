@@ -9,7 +9,14 @@ import pytest
 
 from app.export.errors import BuildError
 from app.export.layouts import pick_layout
-from app.export.names import ModelRef, folder_name, known_models, model_id, resolve_name
+from app.export.names import (
+    ModelRef,
+    canonical_id,
+    folder_name,
+    known_models,
+    model_id,
+    resolve_name,
+)
 from tests.conftest import REPO
 
 
@@ -121,3 +128,20 @@ def test_only_a_layouts_files_are_picked(files: list[str], expected: tuple[str, 
 def test_incomplete_layouts_are_refused(files: list[str], message: str) -> None:
     with pytest.raises(BuildError, match=message):
         pick_layout(files, "repo")
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("large", "large-v3"),
+        ("large-v3", "large-v3"),
+        ("turbo", "large-v3-turbo"),
+        ("openai/whisper-large-v3-turbo", "large-v3-turbo"),
+        ("openai/whisper-small", "small"),
+        ("openai/whisper-small@main", "openai/whisper-small@main"),  # a pinned revision: its own
+        ("Systran/faster-whisper-small", "Systran/faster-whisper-small"),
+        ("base", "base"),
+    ],
+)
+def test_a_model_named_several_ways_has_one_id(name: str, canonical: str) -> None:
+    assert canonical_id(name) == canonical
