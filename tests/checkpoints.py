@@ -218,21 +218,22 @@ class CheckpointStore:
         self.root = root
         self._made: dict[tuple, object] = {}
 
-    def _once(self, key: tuple, make: Callable[[], object]):
+    def once(self, key: tuple, make: Callable[[], object]):
+        """`make()`, called the first time `key` is asked for."""
         if key not in self._made:
             self._made[key] = make()
         return self._made[key]
 
     def hf(self, family: Family) -> Path:
         folder = self.root / family.name / "hf"
-        return self._once(("hf", family.name), lambda: write_hf(family, folder))
+        return self.once(("hf", family.name), lambda: write_hf(family, folder))
 
     def source(self, family: Family, layout: str) -> Path:
         """The checkpoint folder in `layout` ("hf" or "ct2")."""
         if layout == "hf":
             return self.hf(family)
         folder = self.root / family.name / "ct2"
-        return self._once(
+        return self.once(
             ("ct2", family.name),
             lambda: write_ct2(self.hf(family), folder, family.ct2_quantization),
         )
@@ -253,13 +254,13 @@ class CheckpointStore:
             assert summary is not None
             return summary.folder
 
-        return self._once(("built", family.name, layout, precision), make)
+        return self.once(("built", family.name, layout, precision), make)
 
     def features(self, clip: str, n_mels: int) -> np.ndarray:
         """transformers' log-mel features f32 [1, n_mels, 3000] of a testdata clip."""
         from tests.oracle import load_audio, reference_features
 
-        return self._once(
+        return self.once(
             ("features", clip, n_mels),
             lambda: reference_features(load_audio(AUDIO / clip), n_mels),
         )

@@ -46,7 +46,7 @@ MARGIN = 10 * TOLERANCE
 AUDIO_EFFECT = 100 * TOLERANCE  # two clips' logits differ by this much: the encoder counts
 # transformers 5.24's `generate` gives other encoder states on these checkpoints once
 # max_new_tokens exceeds ~26 (its step-0 logits then differ from its own forward's by ~0.4);
-# up to 24 its tokens equal a plain argmax loop over the forward, which `verify=True` checks.
+# up to 24 its tokens are its forward's argmax, which the greedy test checks.
 NEW_TOKENS = 24
 CLIPS = ("jfk.wav", "1089-134686-0000.flac")
 LAYOUTS = ("hf", "ct2")
@@ -98,6 +98,20 @@ def reference(store: CheckpointStore, family: Family, layout: str, ids: Referenc
     ).eval()
     model.generation_config = _generation_config(ids)
     return model
+
+
+def _generated(
+    store: CheckpointStore, reference, family: Family, layout: str, clip: str, ids: ReferenceIds
+) -> tuple[list[int], np.ndarray]:
+    """transformers' `generate` tokens on `clip` and its forward's logits [1, T, V] over the
+    prefix and those tokens (once per model and clip)."""
+
+    def make() -> tuple[list[int], np.ndarray]:
+        features = store.features(clip, family.n_mels)
+        tokens = reference_greedy_tokens(reference, features, ids.prefix, NEW_TOKENS)
+        return tokens, reference_logits(reference, features, [[*ids.prefix, *tokens]])
+
+    return store.once(("generated", family.name, layout, clip), make)
 
 
 def _greedy(s: WhisperSessions, features: np.ndarray, prefix: tuple[int, ...]) -> list[int]:
@@ -173,10 +187,15 @@ def test_ct2_weights_are_the_checkpoints(store: CheckpointStore, family: Family)
 
 
 def test_logits_along_a_transcript_match_transformers(
-    store: CheckpointStore, family: Family, sessions: WhisperSessions, reference, ids: ReferenceIds
+    store: CheckpointStore,
+    family: Family,
+    layout: str,
+    sessions: WhisperSessions,
+    reference,
+    ids: ReferenceIds,
 ) -> None:
     features = store.features(CLIPS[0], family.n_mels)
-    generated = reference_greedy_tokens(reference, features, ids.prefix, NEW_TOKENS)
+    generated, theirs = _generated(store, reference, family, layout, CLIPS[0], ids)
     tokens = [*ids.prefix, *generated]
     ours, _ = sessions.decode(
         np.array([tokens], np.int64),
@@ -185,7 +204,6 @@ def test_logits_along_a_transcript_match_transformers(
         sessions.empty_past(1),
         sessions.encode(features),
     )
-    theirs = reference_logits(reference, features, [tokens])
     assert ours.shape == theirs.shape == (1, len(tokens), family.n_vocab)
     assert float(np.abs(ours - theirs).max()) <= TOLERANCE
     other_clip = reference_logits(reference, store.features(CLIPS[1], family.n_mels), [tokens])
@@ -196,15 +214,17 @@ def test_logits_along_a_transcript_match_transformers(
 def test_greedy_tokens_equal_transformers_generate(
     store: CheckpointStore,
     family: Family,
+    layout: str,
     sessions: WhisperSessions,
     reference,
     ids: ReferenceIds,
     clip: str,
 ) -> None:
-    features = store.features(clip, family.n_mels)
-    expected = reference_greedy_tokens(reference, features, ids.prefix, NEW_TOKENS, verify=True)
-    logits = reference_logits(reference, features, [[*ids.prefix, *expected[:-1]]])
-    top2 = np.sort(logits[0, len(ids.prefix) - 1 :], axis=-1)[:, -2:]
+    expected, logits = _generated(store, reference, family, layout, clip, ids)
+    along = logits[0, len(ids.prefix) - 1 : -1]  # [new tokens, V]: what chose each token
+    # generate's tokens are its forward's argmax (it applies no logit processor here)
+    assert along.argmax(-1).tolist() == expected
+    top2 = np.sort(along, axis=-1)[:, -2:]
     assert float((top2[:, 1] - top2[:, 0]).min()) >= MARGIN, "the checkpoint is not decisive"
     assert len(set(expected)) > 3, f"a degenerate reference transcript: {expected}"
-    assert _greedy(sessions, features, ids.prefix) == expected
+    assert _greedy(sessions, store.features(clip, family.n_mels), ids.prefix) == expected
