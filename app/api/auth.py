@@ -1,8 +1,8 @@
 """Optional API key: `Authorization: Bearer <STT_API_KEY>` on every endpoint but /health.
 
-`require_api_key` is the HTTP dependency; `websocket_authorized` is the same check for the
-WebSocket endpoint (header, or the `openai-insecure-api-key.<key>` subprotocol that browsers can
-send, as OpenAI's realtime API accepts).
+`require_api_key` is the HTTP dependency; `websocket_key` is the key a WebSocket client presented
+(header, or the `openai-insecure-api-key.<key>` subprotocol that browsers can send, as OpenAI's
+realtime API accepts), checked with `key_matches` at admission.
 """
 
 from __future__ import annotations
@@ -74,12 +74,3 @@ def websocket_key(websocket: WebSocket) -> str | None:
         if proto.startswith(WS_KEY_SUBPROTOCOL_PREFIX):
             return proto[len(WS_KEY_SUBPROTOCOL_PREFIX) :]
     return None
-
-
-def websocket_authorized(websocket: WebSocket, settings: Settings) -> bool:
-    """For the WebSocket endpoint: True if no key is configured or the client presented it.
-
-    On False, close with code 1008 (policy violation) before accepting, e.g.
-    `await websocket.close(code=1008, reason="invalid API key")`.
-    """
-    return key_matches(settings.api_key, websocket_key(websocket))

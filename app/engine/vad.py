@@ -280,11 +280,6 @@ class VadStream:
         self._min_silence = round(self.options.min_silence_s * SAMPLE_RATE)
         self._pause = None if pause_s is None else round(pause_s * SAMPLE_RATE)
 
-    @property
-    def pending_samples(self) -> int:
-        """Samples received but not yet judged (less than one chunk)."""
-        return self._rest.shape[0]
-
     def feed(self, audio: np.ndarray) -> list[VadEvent]:
         """Consume f32 [N] 16 kHz audio; return the events of the completed chunks."""
         with self._lock:

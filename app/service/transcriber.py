@@ -38,7 +38,7 @@ from app.engine.audio import lift_quiet
 from app.engine.backend import WhisperBackend
 from app.engine.decoding import DecodingTask, PrefixMemo, detect_language
 from app.engine.decoding_types import DecodingCancelled, DecodingResult
-from app.engine.mel import HOP_LENGTH, log_mel_spectrogram, pad_or_trim
+from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad
 from app.engine.vad_spans import collect_speech, speech_time_map, speech_timestamps
@@ -204,17 +204,6 @@ class Transcriber:
         if time_map is not None:
             segments = restore_times(segments, time_map, stats.audio_s)
         return segments, info
-
-    def detect_language(self, audio: np.ndarray) -> tuple[str, float, dict[str, float]]:
-        """(code, probability, code -> probability) from the first 30 s of f32 16 kHz audio."""
-        mel = log_mel_spectrogram(
-            np.asarray(audio, np.float32)[:N_SAMPLES_PER_WINDOW],
-            self.n_mels,
-            padding=N_SAMPLES_PER_WINDOW,
-        )
-        cross = self.sessions.encode(pad_or_trim(mel, N_FRAMES)[None])
-        detection = detect_language(self.sessions, cross, self.tokenizer)
-        return detection.language, detection.probability, detection.probabilities
 
     # -- the window loop -------------------------------------------------------------------------
 

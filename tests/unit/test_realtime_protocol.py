@@ -76,7 +76,6 @@ SERVER_EVENTS: list[tuple[BaseModel, str | None, str | bool]] = [
     (ev.Committed(item_id=ITEM), "InputAudioBufferCommittedEvent", False),
     (ev.Cleared(), "InputAudioBufferClearedEvent", True),
     (ev.ItemAdded(item=USER_ITEM, previous_item_id=PREV), "ConversationItemAdded", False),
-    (ev.ItemDone(item=USER_ITEM), "ConversationItemDone", False),
     (ev.ItemCreated(item=USER_ITEM), "ConversationItemCreatedEvent", True),
     (ev.TranscriptionDelta(item_id=ITEM, delta=" Hello"), f"{TRANSCRIPTION}DeltaEvent", True),
     (

@@ -107,14 +107,6 @@ class ItemAdded(_ServerEvent):
     item: UserAudioItem
 
 
-class ItemDone(_ServerEvent):
-    """GA: the item is complete (OpenAI sends it after `conversation.item.added`)."""
-
-    type: Literal["conversation.item.done"] = "conversation.item.done"
-    previous_item_id: str | None = None
-    item: UserAudioItem
-
-
 class ItemCreated(_ServerEvent):
     """Beta: the committed buffer's item is in the conversation."""
 
@@ -197,7 +189,6 @@ ServerEvent = Annotated[
     | Committed
     | Cleared
     | ItemAdded
-    | ItemDone
     | ItemCreated
     | TranscriptionDelta
     | TranscriptionPartial

@@ -65,17 +65,11 @@ class Inbox:
             self._clear_at = self.received
             self._clears += 1
 
-    @property
-    def position(self) -> int:
-        """Where the next waiting sample is (the end of the stream when none waits)."""
-        with self._lock:
-            return self._position()
-
     def _position(self) -> int:
         return self._pieces[0][0] if self._pieces else self.received
 
     def take(self, n: int) -> np.ndarray | None:
-        """Up to `n` samples from the front (they start at `position`); None when empty. A
+        """Up to `n` samples from the front (the oldest waiting audio); None when empty. A
         piece never crosses a flush mark: the audio after it waits until the flush is taken."""
         with self._lock:
             if not self._pieces:
