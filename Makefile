@@ -10,7 +10,7 @@ PORT ?= 8000
 # glibc malloc: big arrays mmapped and returned, two arenas (see app/runtime/memory.py)
 MALLOC_ENV := MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=262144 MALLOC_TRIM_THRESHOLD_=1048576
 
-.PHONY: setup-browser setup setup-dev models test-models run test lint format bench test-docker test-scaleout clean
+.PHONY: setup-browser setup setup-dev models test-models run test lint format test-docker test-scaleout clean
 
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -20,10 +20,15 @@ def testdata_manifest() -> list[dict]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def not_built(path: Path) -> None:
+    """Fail the test: a model the tests need is missing (a skip would hide it in CI)."""
+    pytest.fail(f"{path} is not built: run `make test-models` (make test does it)")
+
+
 def model_dir(name: str) -> Path:
     folder = MODELS_DIR / name
     if not (folder / "manifest.json").is_file():
-        pytest.fail(f"{folder} is not built: run `make test-models` (make test does it)")
+        not_built(folder)
     return folder
 
 

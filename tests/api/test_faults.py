@@ -62,6 +62,13 @@ def pool_state(server: LiveServer) -> tuple[int, int]:
     return body["active"], body["queued"]
 
 
+def active_streams(server: LiveServer) -> float:
+    """The `stt_active_streams` gauge from /metrics."""
+    text = httpx.get(server.url("/metrics"), timeout=5).text
+    line = next(x for x in text.splitlines() if x.startswith("stt_active_streams "))
+    return float(line.split()[1])
+
+
 def post_in_background(server: LiveServer, audio: bytes, results: list) -> threading.Thread:
     def go() -> None:
         try:
@@ -356,6 +363,7 @@ def test_disconnect_mid_stream_frees_the_worker(one_worker: LiveServer) -> None:
             await asyncio.to_thread(
                 wait_for, lambda: pool_state(one_worker)[0] == 1, 30, "a pass runs"
             )
+            assert await asyncio.to_thread(active_streams, one_worker) == 1
             ws.transport.abort()  # no close frame: the client just vanished
 
     asyncio.run(vanish())
@@ -363,12 +371,6 @@ def test_disconnect_mid_stream_frees_the_worker(one_worker: LiveServer) -> None:
     freed = wait_for(lambda: pool_state(one_worker) == (0, 0), 10, "the worker is free")
     print(f"worker free {freed:.3f} s after the client vanished")
     assert time.monotonic() - gone_at < 1.5, "the pass was not cancelled"
-    metrics = httpx.get(one_worker.url("/metrics"), timeout=10).text
-    wait_for(
-        lambda: "stt_active_streams 0.0" in httpx.get(one_worker.url("/metrics")).text,
-        5,
-        "the session is closed",
-    )
-    assert metrics
+    wait_for(lambda: active_streams(one_worker) == 0, 5, "the session is closed")
     r = httpx.post(one_worker.url(TRANSCRIBE), files={"file": JFK_WAV.open("rb")}, timeout=60)
     assert r.status_code == 200

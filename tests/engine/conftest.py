@@ -2,14 +2,13 @@
 tokenizers, transcribers and the testdata clips.
 
 Models come from `make test-models` (`make test` builds them first); without them these tests
-skip with the reason.
+fail with that advice, as the API tests do.
 """
 
 from __future__ import annotations
 
 import re
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +20,14 @@ from app.engine.vad import VAD_FILE, SileroVad
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from app.service.transcriber import Transcriber
-from tests.conftest import AUDIO, MODELS_DIR, fp16_model_dir, testdata_manifest
+from tests.conftest import (
+    AUDIO,
+    MODELS_DIR,
+    fp16_model_dir,
+    model_dir,
+    not_built,
+    testdata_manifest,
+)
 
 ENGLISH_CLIPS = [
     e["file"].removeprefix("audio/") for e in testdata_manifest() if e["language"] == "en"
@@ -33,22 +39,15 @@ EMPTY = "picovoice_empty.wav"
 SPANISH = "picovoice_test_es.wav"
 
 
-def _folder(name: str) -> Path:
-    folder = MODELS_DIR / name
-    if not (folder / "manifest.json").is_file():
-        pytest.skip(f"models/{name} is not built: run `make test-models` (make test does it)")
-    return folder
-
-
 @cache
 def _sessions(name: str, ep: str, activation_quantization: str = "auto") -> WhisperSessions:
     options = RuntimeOptions(ep=ep, device="CPU", activation_quantization=activation_quantization)
-    return WhisperSessions.load(_folder(name), options)
+    return WhisperSessions.load(model_dir(name), options)
 
 
 @cache
 def _tokenizer(name: str) -> Tokenizer:
-    folder = _folder(name)
+    folder = model_dir(name)
     return Tokenizer.from_folder(folder)
 
 
@@ -136,7 +135,7 @@ def base_tr(base, base_tok) -> Transcriber:
 def _with_vad(sessions: WhisperSessions, tok: Tokenizer) -> Transcriber:
     path = MODELS_DIR / VAD_FILE
     if not path.is_file():
-        pytest.skip(f"{path} is not built: run `make test-models` (make test does it)")
+        not_built(path)
     return Transcriber(sessions, tok, vad=SileroVad.load(path))
 
 

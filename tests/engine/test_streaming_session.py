@@ -23,7 +23,7 @@ from app.service.live import (
 from app.service.live.units import PassSegment
 from app.service.live.window_pass import Pass
 from app.service.transcriber import Transcriber
-from tests.conftest import MODELS_DIR
+from tests.conftest import MODELS_DIR, not_built
 from tests.engine.conftest import EMPTY, JFK, clip, normalise
 
 JFK_TEXT = (
@@ -36,7 +36,7 @@ JFK_TEXT = (
 def vad() -> SileroVad:
     path = MODELS_DIR / "silero_vad.onnx"
     if not path.is_file():
-        pytest.skip("models/silero_vad.onnx is missing: run `make test-models`")
+        not_built(path)
     return SileroVad.load(path)
 
 

@@ -261,7 +261,6 @@ def test_stats_are_filled(tiny_tr):
     assert s.total_s >= s.encoder_s + s.decoder_s
 
 
-@pytest.mark.slow
 def test_ten_minutes_of_audio(tiny_tr):
     """~10 min of concatenated clips: runs to the end, segments in order, memory flat."""
     names = ["1089-134686-0000.flac", "2412-153948-0000.flac", JFK, EARNINGS]

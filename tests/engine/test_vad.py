@@ -26,7 +26,7 @@ from app.engine.vad_spans import (
 )
 from app.export.sources import sha256_of
 from app.export.vad import VAD_SHA256
-from tests.conftest import MODELS_DIR
+from tests.conftest import MODELS_DIR, not_built
 from tests.engine.conftest import EARNINGS, EMPTY, JFK, clip
 from tests.media import telephone
 
@@ -36,7 +36,7 @@ VAD_PATH = MODELS_DIR / "silero_vad.onnx"
 @pytest.fixture(scope="module")
 def vad() -> SileroVad:
     if not VAD_PATH.is_file():
-        pytest.skip("models/silero_vad.onnx is missing: run `make test-models`")
+        not_built(VAD_PATH)
     return SileroVad.load(VAD_PATH)
 
 
