@@ -17,6 +17,7 @@ precision these tolerances are for) and run on the OpenVINO EP:
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,8 +54,11 @@ LAYOUTS = ("hf", "ct2")
 
 
 @pytest.fixture(scope="session")
-def store(tmp_path_factory: pytest.TempPathFactory) -> CheckpointStore:
-    return checkpoint_store(tmp_path_factory.getbasetemp() / "families")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CheckpointStore]:
+    """Shared with the other family test module; its ~0.7 GB go at the end of the session."""
+    root = tmp_path_factory.getbasetemp() / "families"
+    yield checkpoint_store(root)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +46,11 @@ EARNINGS = "earnings22_1_4482311_3_62.wav"  # 60 s: two windows or more
 
 
 @pytest.fixture(scope="session")
-def store(tmp_path_factory: pytest.TempPathFactory) -> CheckpointStore:
-    return checkpoint_store(tmp_path_factory.getbasetemp() / "families")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CheckpointStore]:
+    """Shared with the other family test module; its ~0.7 GB go at the end of the session."""
+    root = tmp_path_factory.getbasetemp() / "families"
+    yield checkpoint_store(root)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _with_tokenizer(checkpoint: Path, tokenizer: dict, folder: Path) -> Path:
