@@ -82,6 +82,16 @@ def _stale(folder: Path) -> str | None:
     return None
 
 
+def _remove_orphans(models_dir: Path, name: str) -> None:
+    """Delete the partial folders of earlier builds of `name` whose process is gone (killed for
+    memory, say: it could not clean up)."""
+    for partial in models_dir.glob(f".{name}.partial-*"):
+        pid = partial.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            log.info("removing %s, left by a build that did not finish", partial)
+            shutil.rmtree(partial, ignore_errors=True)
+
+
 def build_model(
     name: str,
     models_dir: Path,
@@ -112,6 +122,7 @@ def build_model(
         shutil.rmtree(target)
 
     started = time.perf_counter()
+    _remove_orphans(Path(models_dir), name)
     partial = Path(models_dir) / f".{name}.partial-{os.getpid()}"
     steps = tqdm(total=6, desc=f"build {name}", unit="step", disable=not progress)
     try:

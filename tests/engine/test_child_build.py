@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -66,5 +66,15 @@ def test_a_killed_build_is_reported_and_leaves_no_folder(tmp_path: Path) -> None
     with pytest.raises(ChildBuildError, match=r"killed by signal 9 \(out of memory\?"):
         obtain_in_child("tiny.en", tmp_path, WEIGHTS_CACHE, allow_download=False,
                         on_progress=kill_on_first_progress)  # fmt: skip
-    time.sleep(0.1)
     assert not (tmp_path / "tiny.en").exists()
+
+
+def test_the_next_build_removes_what_a_killed_one_left(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])  # a process id that is no longer running
+    dead.wait()
+    orphan = tmp_path / f".tiny.en.partial-{dead.pid}"
+    (orphan / "encoder.onnx").parent.mkdir()
+    (orphan / "encoder.onnx").write_bytes(b"half")
+    folder = obtain_in_child("tiny.en", tmp_path, WEIGHTS_CACHE, allow_download=False,
+                             on_progress=lambda _f: None)  # fmt: skip
+    assert (folder / "manifest.json").is_file() and not orphan.exists()
