@@ -59,6 +59,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--root", type=Path, default=ROOT, help="checkpoints and built models")
     p.add_argument("--rebuild", action="store_true", help="prepare: build ours again")
     p.add_argument("--rounds", type=int, default=3, help="fresh processes per side")
+    p.add_argument("--append", action="store_true", help="add the rounds to a size's earlier ones")
     p.add_argument("--encodes", type=int, default=1, help="timed windows per round (+1 warm-up)")
     p.add_argument("--step-reps", type=int, default=1, help="step samples per round")
     p.add_argument("--past", type=int, default=100)
@@ -192,8 +193,9 @@ class Side:
 
 def one_run(kind: str, folder: Path, args: argparse.Namespace) -> dict:
     side = Side(kind, folder, args.threads)
+    at = time.strftime("%H:%M", time.gmtime())
     try:
-        run = {"load": side.call("load", threads=args.threads)}
+        run: dict = {"load": side.call("load", threads=args.threads)}
         run["encode"] = side.call("encode", reps=args.encodes + 1)
         run["encode"]["ms"] = run["encode"]["ms"][1:]  # the first window warms up
         for rows in (1, 5):
@@ -201,6 +203,7 @@ def one_run(kind: str, folder: Path, args: argparse.Namespace) -> dict:
         run["end"] = side.call("rss")
     finally:
         side.close()
+    run["at"] = at
     print(f"  {kind}: {summary_line(run)}", file=sys.stderr)
     return run
 
@@ -214,25 +217,31 @@ def summary_line(run: dict) -> str:
     )
 
 
-def measure(size: str, args: argparse.Namespace) -> dict:
+def measure(size: str, args: argparse.Namespace, results: dict[str, dict]) -> None:
+    """Rounds of both sides for one size, results[size] saved after each round; with --append
+    the rounds are added to the size's earlier ones (same CPU only)."""
+    earlier = results.get(size) if args.append else None
+    if earlier and earlier["cpu"] != cpu():
+        raise SystemExit(f"{size} was measured on {earlier['cpu']}, not {cpu()}: no --append")
+    runs: dict[str, list[dict]] = earlier["runs"] if earlier else {k: [] for k in SIDES}
     folders = {"ours": ours_dir(args.root, size), "ct2": args.root / size / "ct2"}
-    runs: dict[str, list[dict]] = {k: [] for k in SIDES}
-    for r in range(args.rounds):
-        print(f"{size} round {r + 1}/{args.rounds}", file=sys.stderr)
+    first = len(runs["ours"])
+    for r in range(first, first + args.rounds):
+        print(f"{size} round {r + 1}", file=sys.stderr)
         for kind in common.rotate(list(SIDES), r):
             runs[kind].append(one_run(kind, folders[kind], args))
-    prepared = json.loads((args.root / size / "prepare.json").read_text())
-    return {
-        "size": size,
-        "hub_id": SIZES[size].hub_id,
-        "dims": SIZES[size].__dict__,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpu": cpu(),
-        "threads": args.threads,
-        "past": args.past,
-        "prepare": prepared,
-        "runs": runs,
-    }
+        results[size] = {
+            "size": size,
+            "hub_id": SIZES[size].hub_id,
+            "dims": SIZES[size].__dict__,
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "cpu": cpu(),
+            "threads": args.threads,
+            "past": args.past,
+            "prepare": json.loads((args.root / size / "prepare.json").read_text()),
+            "runs": runs,
+        }
+        JSON_OUT.write_text(json.dumps(results, indent=1) + "\n")
 
 
 # ---- report -------------------------------------------------------------------------------------
@@ -250,7 +259,7 @@ def max_load(result: dict) -> float:
 
 
 def loads_of(run: dict) -> list[str]:
-    return [t for part in run.values() for t in part["loadavg"]]
+    return [t for part in run.values() if isinstance(part, dict) for t in part["loadavg"]]
 
 
 def flag(result: dict) -> str:
@@ -258,14 +267,15 @@ def flag(result: dict) -> str:
 
 
 def ratio(ours: float, theirs: float) -> str:
-    return f"{ours / theirs:.2f}×"
+    """ours / theirs; none when a difference of two timings came out <= 0 (noise won)."""
+    return f"{ours / theirs:.2f}×" if theirs > 0 else "n/a"
 
 
 def speed_rows(results: list[dict]) -> list[list[str]]:
     rows = []
     for res in results:
         o, t = res["runs"]["ours"], res["runs"]["ct2"]
-        cells = [res["size"]]
+        cells = [res["size"], f"{len(o)} / {len(t)}"]
         for key, fmt in (("encode", "{:.0f}"), ("step1", "{:.1f}"), ("step5", "{:.1f}")):
             a, b = med(o, key), med(t, key)
             cells += [fmt.format(a), fmt.format(b), ratio(a, b)]
@@ -321,7 +331,8 @@ def load_lines(results: list[dict]) -> list[str]:
                     f"–{first_load(run[part]['loadavg'][1])}"
                     for part in ("load", "encode", "step1", "step5")
                 )
-                lines.append(f"  - {kind} round {i + 1}: {spans}")
+                at = f" at {run['at']} UTC" if "at" in run else ""
+                lines.append(f"  - {kind} round {i + 1}{at}: {spans}")
     return lines
 
 
@@ -341,13 +352,18 @@ def report(results: dict[str, dict]) -> list[str]:
         f"`compute_type=int8`. Decoder steps at past {first.get('past', 100)}: ours one "
         "decode call (rows on one window, as beams); CTranslate2 through `generate` "
         "(greedy / beam 5, end-of-text suppressed), the difference of two lengths: the mean "
-        "step over pasts 75–124. Medians over fresh processes, sides alternated. The machine is "
+        "step over pasts 75–124 (one difference per round: with a cheap step and a busy "
+        "machine it can come out ≤ 0, then the ratio is n/a). `rounds` = fresh processes per "
+        "side (ours / CT2), sides alternated, the order rotating; each figure is the median "
+        "over every sample of every round (encoder: the windows after a warm-up one; ours' "
+        "step: means of 20 calls). The machine is "
         f"shared: **busy** = a 1-min load average ≥ {BUSY} during the size's measurements "
-        "(figures of both sides are then slower and noisier).",
+        "(figures of both sides are then slower and much noisier).",
         "",
         *common.table(
             [
                 "size",
+                "rounds",
                 "encoder ms ours",
                 "CT2",
                 "ratio",
@@ -397,8 +413,7 @@ def main() -> None:
         return
     if args.command == "measure":
         for size in sizes:
-            results[size] = measure(size, args)
-            JSON_OUT.write_text(json.dumps(results, indent=1) + "\n")
+            measure(size, args, results)
     common.write(MD_OUT, report(results))
 
 
