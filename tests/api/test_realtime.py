@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.timeout(600)
 KEY = "realtime-key-42"
 COMPLETED = "conversation.item.input_audio_transcription.completed"
 DELTA = "conversation.item.input_audio_transcription.delta"
+FAILED = "conversation.item.input_audio_transcription.failed"
 G711_MAX_WER = 0.10  # 8 kHz narrowband through G.711: tiny.en may change a word or two
 
 
@@ -399,6 +401,41 @@ def test_update_while_an_item_is_in_flight_is_refused(server: LiveServer) -> Non
     error = next(e["error"] for e in events if e["type"] == "error")
     assert error["code"] == "session_busy"
     assert len([e for e in events if e["type"] == "session.updated"]) == 1
+
+
+def test_items_in_flight_fail_when_a_limit_ends_the_session(server: LiveServer) -> None:
+    """A committed item whose text has not come when the session ends on an error gets
+    `...transcription.failed` with that error, before the `error` event and the close."""
+    jfk = pcm16(clip(JFK_WAV, 24000))
+    flood = pcm16(np.zeros(24000 * 5, np.float32))  # 5 s a message, far faster than decoded
+    update = {
+        "type": "session.update",
+        "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}},
+    }
+    events: list[dict] = []
+
+    async def go() -> int | None:
+        async with connect(realtime_url(server), max_size=None) as ws:
+            await ws.send(json.dumps(update))
+            await ws.send(json.dumps(append(jfk)))
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            with contextlib.suppress(ConnectionClosed):
+                for _ in range(30):  # 150 s: past STT_STREAM_MAX_BUFFERED_S (60)
+                    await ws.send(json.dumps(append(flood)))
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    events.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+            return ws.close_code
+
+    code = asyncio.run(go())
+    kinds = [e["type"] for e in events]
+    item = next(e["item_id"] for e in events if e["type"] == "input_audio_buffer.committed")
+    failed = [e for e in events if e["type"] == FAILED]
+    assert [e["item_id"] for e in failed] == [item], kinds
+    assert failed[0]["error"]["code"] == "buffer_overflow"
+    assert COMPLETED not in kinds
+    assert kinds.index(FAILED) < kinds.index("error") == len(kinds) - 1
+    assert events[-1]["error"]["code"] == "buffer_overflow" and code == 1008
 
 
 # ---- auth and limits (own server) ----------------------------------------------------------------

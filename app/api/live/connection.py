@@ -289,6 +289,11 @@ class LiveConnection(ABC):
     def describe(self) -> str:
         return ""
 
+    def failed(self, error: LiveError) -> None:
+        """The session ends on `error` (sent next): say which of its results will not come.
+        Nothing by default (the own protocol's `transcript.text.done` never comes either)."""
+        return
+
     # ---- the session --------------------------------------------------------------------
     def start_runner(self, model: LoadedModel, options: StreamingOptions, pcm: PcmInput) -> None:
         vad = self.deps.vad if options.vad is not None else None
@@ -317,17 +322,17 @@ class LiveConnection(ABC):
         except WebSocketDisconnect:
             close_code = 0
         except LiveError as e:
-            self.outbox.put(self.error_event(e))
+            self._fail(e)
             close_code, reason = e.close or CLOSE_POLICY, e.code
         except PoolClosedError:
             error = LiveError("the server is shutting down", "shutting_down",
                               close=CLOSE_TRY_AGAIN, type_="server_error")  # fmt: skip
-            self.outbox.put(self.error_event(error))
+            self._fail(error)
             close_code, reason = CLOSE_TRY_AGAIN, error.code
         except Exception as e:
             log.error("live session failed", exc_info=e)
             error = LiveError("internal error", "internal_error", type_="server_error")
-            self.outbox.put(self.error_event(error))
+            self._fail(error)
             close_code, reason = CLOSE_INTERNAL, "internal_error"
         finally:
             if self.runner is not None:
@@ -347,6 +352,10 @@ class LiveConnection(ABC):
                 reason, stats.received_s, stats.committed_words, stats.passes,
                 stats.skipped_passes, stats.decode_s,
             )  # fmt: skip
+
+    def _fail(self, error: LiveError) -> None:
+        self.failed(error)
+        self.outbox.put(self.error_event(error))
 
     async def _sender(self) -> None:
         while True:

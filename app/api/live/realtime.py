@@ -10,7 +10,9 @@ end it; with `turn_detection: null` the client ends an item with `input_audio_bu
 (the VAD still keeps silence from being decoded). While the person speaks, each word the commit
 policy makes final is sent at once as `conversation.item.input_audio_transcription.delta`
 (append-only); `...completed` holds the item's whole transcript once everything in it is
-final. `input_audio_buffer.clear` drops the audio not yet committed (`cleared`). An extension,
+final; when the session ends on an error (a limit, an internal failure), each item still waiting
+for its text gets `...failed` before the `error` event. `input_audio_buffer.clear` drops the
+audio not yet committed (`cleared`). An extension,
 for the page at `/` and clients that ask with `?partials=true`:
 `conversation.item.input_audio_transcription.partial {item_id, text}`, the words after the
 deltas that may still change (each replaces the previous one).
@@ -67,6 +69,8 @@ from app.api.live.realtime_events import (
     SpeechStopped,
     TranscriptionCompleted,
     TranscriptionDelta,
+    TranscriptionError,
+    TranscriptionFailed,
     TranscriptionPartial,
     TranscriptionSessionUpdated,
     UserAudioItem,
@@ -336,6 +340,16 @@ class RealtimeConnection(LiveConnection):
                 self.outbox.put(TranscriptionDelta(item_id=item.id, delta=text))
             case Finalized(reason=reason) if reason == "flush" or turns is not None:
                 self._complete()
+
+    def failed(self, error: LiveError) -> None:
+        """Every item the client knows of and still waits for (committed, or open with deltas
+        sent) gets `...transcription.failed` with the session's error."""
+        waiting = [*self.ended, *([self.open] if self.open is not None and self.open.text else [])]
+        self.ended.clear()
+        self.open = None
+        reason = TranscriptionError(type=error.type, code=error.code, message=str(error))
+        for item in waiting:
+            self.outbox.put(TranscriptionFailed(item_id=item.id, error=reason))
 
     async def finish(self) -> None:
         """Shutdown: the item being spoken is committed and completed before the close."""
