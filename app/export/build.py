@@ -13,6 +13,7 @@ import os
 import resource
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,11 +102,12 @@ def build_model(
     skip_existing: bool = False,
     progress: bool = True,
     source: ResolvedSource | None = None,
+    on_step: Callable[[float], None] | None = None,
 ) -> BuildSummary | None:
     """Build `models_dir/name`; returns None when it exists and `skip_existing` is set.
 
     The weights come from `source` when given (e.g. a Hub snapshot), else from `source_folder`,
-    else from the catalog.
+    else from the catalog. `on_step(fraction)` follows the build's steps (0..1).
     """
     if not MODEL_NAME.match(name):
         raise BuildError(f"invalid model name {name!r}: use letters, digits, '.', '_' or '-'")
@@ -125,6 +127,14 @@ def build_model(
     _remove_orphans(Path(models_dir), name)
     partial = Path(models_dir) / f".{name}.partial-{os.getpid()}"
     steps = tqdm(total=6, desc=f"build {name}", unit="step", disable=not progress)
+
+    done = iter(range(1, 7))  # a disabled tqdm counts nothing
+
+    def advance() -> None:
+        steps.update()
+        if on_step is not None:
+            on_step(next(done) / 6)
+
     try:
         steps.set_postfix_str("fetching weights")
         if source is None:
@@ -133,19 +143,19 @@ def build_model(
                 if source_folder is not None
                 else fetch_catalog_model(name, Path(cache_dir))
             )
-        steps.update()
+        advance()
         steps.set_postfix_str("reading weights")
         weights = source.load_weights()
         dims = weights.dims()
         manifest = build_manifest(
             name, dims, source.tokenizer, source.generation, precision, source.description
         )
-        steps.update()
+        advance()
         partial.mkdir(parents=True)
         weight_format = PRECISIONS[precision]
         steps.set_postfix_str("encoder graph")
         written = _save(build_encoder(weights, weight_format), partial / "encoder.onnx")
-        steps.update()
+        advance()
         steps.set_postfix_str("decoder graphs")
         written += _save(build_decoder(weights, weight_format), partial / "decoder.onnx")
         aligner = build_aligner(
@@ -155,15 +165,15 @@ def build_model(
         del weights, aligner
         shutil.copyfile(source.tokenizer, partial / "tokenizer.json")
         written.append("tokenizer.json")
-        steps.update()
+        advance()
         steps.set_postfix_str("hashing")
         manifest = dataclasses.replace(
             manifest, sha256={f: sha256_of(partial / f) for f in written}
         )
         (partial / "manifest.json").write_text(manifest.to_json())
-        steps.update()
+        advance()
         partial.rename(target)
-        steps.update()
+        advance()
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

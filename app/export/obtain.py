@@ -35,6 +35,11 @@ def built(folder: Path) -> bool:
     return True
 
 
+def _scaled(on_progress: Progress, start: float, end: float) -> Progress:
+    """`on_progress` for one stage, its 0..1 mapped onto start..end of the whole."""
+    return lambda fraction: on_progress(start + (end - start) * fraction)
+
+
 def _catalog_cached(name: str, cache_dir: Path) -> bool:
     packages = catalog()[name]["packages"]
     return all(
@@ -59,10 +64,7 @@ def _fetch(
         return None
     from app.export.hub import fetch_snapshot
 
-    def scaled(fraction: float) -> None:
-        if on_progress is not None:
-            on_progress(fraction * _DOWNLOAD_SHARE)
-
+    scaled = None if on_progress is None else _scaled(on_progress, 0.0, _DOWNLOAD_SHARE)
     return fetch_snapshot(
         ref, allow_download=allow_download, on_progress=scaled, progress_bar=progress_bar
     )
@@ -107,6 +109,7 @@ def obtain_model(
             skip_existing=True,
             progress=progress_bar,
             source=source,
+            on_step=None if on_progress is None else _scaled(on_progress, _DOWNLOAD_SHARE, 1.0),
         )
     except OSError as e:
         if built(target):
