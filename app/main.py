@@ -28,14 +28,12 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app.api import docs as docs_api
-from app.api import metrics as metrics_api
-from app.api.deps import Readiness
 from app.api.errors import install_error_handlers
 from app.api.limits import UploadLimitMiddleware
 from app.api.live import audio_stream, page, realtime
-from app.api.live.connection import OpenSessions
 from app.api.metrics import Metrics, RequestMetricsMiddleware
-from app.api.routes import audio, health, models
+from app.api.routes import audio, health, metrics, models
+from app.api.services import Readiness, Services
 from app.api.wyoming import WyomingServer
 from app.config import Settings
 from app.export import names
@@ -174,10 +172,10 @@ def _load_models(models: ModelManager, settings: Settings, readiness: Readiness)
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    models: ModelManager = app.state.models
-    readiness: Readiness = app.state.readiness
+    services: Services = app.state.services
+    models, readiness, settings = services.models, services.readiness, services.settings
     try:
-        models.check(app.state.settings.models)
+        models.check(settings.models)
     except ModelLoadError as e:
         # Stay up and say why on /health (503): exiting would only make a supervisor restart
         # the server into the same error, again and again.
@@ -186,13 +184,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     else:
         loader = threading.Thread(
             target=_load_models,
-            args=(models, app.state.settings, readiness),
+            args=(models, settings, readiness),
             name="stt-loader",
             daemon=True,
         )
         loader.start()
-    _end_live_sessions_first(app)
-    wyoming = WyomingServer(app.state) if app.state.settings.wyoming_port else None
+    _end_live_sessions_first(services)
+    wyoming = WyomingServer(services) if settings.wyoming_port else None
     if wyoming is not None:
         await wyoming.start()  # a port in use fails the start, with the reason
     try:
@@ -200,11 +198,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         if wyoming is not None:
             await wyoming.stop()
-        await _drain(app.state.pool, SHUTDOWN_DRAIN_S)
+        await _drain(services.pool, SHUTDOWN_DRAIN_S)
         models.close()
 
 
-def _end_live_sessions_first(app: FastAPI) -> None:
+def _end_live_sessions_first(services: Services) -> None:
     """Under uvicorn, make SIGTERM / SIGINT shut the server down in order:
 
     1. /health answers 503 (draining) at once, and for `STT_SHUTDOWN_DELAY_S` the server keeps
@@ -221,7 +219,7 @@ def _end_live_sessions_first(app: FastAPI) -> None:
         return  # signal handlers belong to the main thread (not an app run under uvicorn)
     loop = asyncio.get_running_loop()
     hurry = asyncio.Event()  # a second signal
-    readiness: Readiness = app.state.readiness
+    readiness = services.readiness
     for sig in (signal.SIGTERM, signal.SIGINT):
         uvicorn_exit = signal.getsignal(sig)
         if getattr(uvicorn_exit, "__name__", "") != "handle_exit":
@@ -234,27 +232,27 @@ def _end_live_sessions_first(app: FastAPI) -> None:
                 return
             readiness.draining = True
             loop.call_soon_threadsafe(
-                lambda: loop.create_task(_shut_down_in_order(app, uvicorn_exit, signum, hurry))
+                lambda: loop.create_task(_shut_down_in_order(services, uvicorn_exit, signum, hurry))
             )
 
         signal.signal(sig, on_signal)
 
 
 async def _shut_down_in_order(
-    app: FastAPI, uvicorn_exit: Callable, signum: int, hurry: asyncio.Event
+    services: Services, uvicorn_exit: Callable, signum: int, hurry: asyncio.Event
 ) -> None:
-    delay = app.state.settings.shutdown_delay_s
+    delay = services.settings.shutdown_delay_s
     if delay:
         log.info("shutdown: draining (/health 503), serving for %.1f s more", delay)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(hurry.wait(), delay)
-    sessions: OpenSessions = app.state.stream_sessions
+    sessions = services.live
     if sessions.count and not hurry.is_set():
         log.info("shutdown: ending %d live session(s) first", sessions.count)
-        app.state.stream_drain.set()
+        sessions.drain.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(sessions.none(), STREAM_DRAIN_S)
-    app.state.stream_drain.set()  # sessions opened from now on are refused
+    sessions.drain.set()  # sessions opened from now on are refused
     uvicorn_exit(signum, None)
 
 
@@ -290,17 +288,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-    metrics = Metrics()
+    collector = Metrics()
     pool = WorkerPool(settings.worker_count, settings.max_queue)
-    metrics.bind_pool(pool)
-    app.state.settings = settings
-    app.state.readiness = Readiness()
-    app.state.metrics = metrics
-    app.state.pool = pool
-    app.state.stream_drain = asyncio.Event()  # set at shutdown: live sessions end (app/api/live)
-    app.state.stream_sessions = OpenSessions()
-    app.state.models = build_models(settings)
-    app.state.models.add_listener(metrics.model_changed)
+    collector.bind_pool(pool)
+    services = Services(settings, build_models(settings), pool, collector)
+    services.models.add_listener(collector.model_changed)
+    app.state.services = services  # the routes get it through app.api.deps
 
     install_error_handlers(app)
     app.add_middleware(
@@ -313,12 +306,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type"],
         )
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    app.add_middleware(RequestMetricsMiddleware, metrics=collector)
 
     app.include_router(health.router)
     app.include_router(models.router)
     app.include_router(audio.router)
-    app.include_router(metrics_api.router)
+    app.include_router(metrics.router)
     app.include_router(audio_stream.router)  # WebSocket /v1/audio/stream
     app.include_router(realtime.router)  # WebSocket /v1/realtime (OpenAI Realtime)
     app.include_router(page.router)  # the page at /

@@ -113,3 +113,68 @@ def test_an_upward_import_is_caught(tmp_path: Path, module: str, source: str) ->
     (root / "service" / "ok.py").write_text("from app.engine import mel\nfrom . import pool\n")
     found = violations(root)
     assert [v.module for v in found] == [module], found
+
+
+def import_graph(root: Path = APP) -> dict[str, set[str]]:
+    """Module -> the app modules it imports (any import, TYPE_CHECKING and function ones too)."""
+    modules = {
+        ".".join(["app", *p.relative_to(root).with_suffix("").parts]).removesuffix(".__init__"): p
+        for p in root.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        edges: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+                edges |= subs or ({node.module} & modules.keys())
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names} & modules.keys()
+        graph[name] = edges - {name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph`: one path per strongly connected group of modules."""
+    cycles: list[list[str]] = []
+    seen: set[str] = set()
+    for start in sorted(graph):
+        if start in seen:
+            continue
+        stack, path, on_path = [(start, iter(sorted(graph[start])))], [start], {start}
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                path.pop()
+                on_path.discard(node)
+                seen.add(node)
+            elif child in on_path:
+                cycles.append([*path[path.index(child) :], child])
+            elif child not in seen:
+                stack.append((child, iter(sorted(graph.get(child, ())))))
+                path.append(child)
+                on_path.add(child)
+    return cycles
+
+
+def test_the_api_layer_has_no_import_circles() -> None:
+    """(service/model_leases <-> model_manager still import each other for type hints.)"""
+    graph = {m: edges for m, edges in import_graph().items() if m.startswith("app.api")}
+    found = import_cycles(graph)
+    assert not found, "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_an_import_circle_is_caught(tmp_path: Path) -> None:
+    root = tmp_path / "app"
+    (root / "api").mkdir(parents=True)
+    (root / "api" / "auth.py").write_text("from app.api.deps import get_settings\n")
+    (root / "api" / "deps.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from app.api.metrics import M\n"
+    )
+    (root / "api" / "metrics.py").write_text("from app.api import auth\n")
+    assert import_cycles(import_graph(root)) == [
+        ["app.api.auth", "app.api.deps", "app.api.metrics", "app.api.auth"]
+    ]

@@ -8,15 +8,13 @@ realtime API accepts), checked with `key_matches` at admission.
 from __future__ import annotations
 
 import secrets
-from typing import Annotated
 
-from fastapi import Depends, WebSocket
+from fastapi import WebSocket
 from pydantic import SecretStr
 from starlette.requests import HTTPConnection
 
-from app.api.deps import get_settings
+from app.api.deps import SettingsDep
 from app.api.errors import APIError
-from app.config import Settings
 
 WS_KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 
@@ -53,9 +51,7 @@ def _unauthorized(presented: str | None) -> APIError:
     return APIError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
-async def require_api_key(
-    conn: HTTPConnection, settings: Annotated[Settings, Depends(get_settings)]
-) -> None:
+async def require_api_key(conn: HTTPConnection, settings: SettingsDep) -> None:
     """Dependency: raise 401 unless the request carries the configured key (if any)."""
     if settings.api_key is None:
         return

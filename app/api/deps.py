@@ -1,62 +1,44 @@
-"""FastAPI dependencies: the heavy objects live on `app.state`, built by `app.main`.
+"""FastAPI dependencies: the app's `Services` (built by `app.main`) and its parts, as
+`Annotated` types for route parameters.
 
-Tests replace them with `app.dependency_overrides[get_models] = ...` instead of patching globals.
-Every dependency takes an `HTTPConnection`, so it works for HTTP and WebSocket routes alike.
+Tests replace one with `app.dependency_overrides[get_models] = ...` instead of patching globals.
+Every dependency starts from an `HTTPConnection`, so it works for HTTP and WebSocket routes alike.
 """
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Annotated
 
+from fastapi import Depends
 from starlette.requests import HTTPConnection
 
 from app.api.errors import SERVER_ERROR, APIError
+from app.api.metrics import Metrics
+from app.api.services import Readiness, Services
 from app.config import Settings
 from app.service.model_manager import ModelManager
 from app.service.pool import WorkerPool
 
-if TYPE_CHECKING:
-    from app.api.metrics import Metrics
+
+def get_services(conn: HTTPConnection) -> Services:
+    services: Services = conn.app.state.services
+    return services
 
 
-@dataclass
-class Readiness:
-    """Model loading progress, shared between the loader thread and /health."""
-
-    status: Literal["loading", "ready", "failed"] = "loading"
-    error: str | None = None
-    since: float = 0.0  # time.time() of the last change
-    draining: bool = False  # shutting down: /health answers 503 while requests are still served
-    _event: threading.Event = field(default_factory=threading.Event, repr=False)
-
-    @property
-    def ready(self) -> bool:
-        return self.status == "ready"
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until loading ended (ready or failed); True if it did within `timeout`."""
-        return self._event.wait(timeout)
-
-    def finish(self, error: str | None, now: float) -> None:
-        self.status = "failed" if error else "ready"
-        self.error = error
-        self.since = now
-        self._event.set()
+ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-def get_settings(conn: HTTPConnection) -> Settings:
-    return conn.app.state.settings
+def get_settings(services: ServicesDep) -> Settings:
+    return services.settings
 
 
-def get_readiness(conn: HTTPConnection) -> Readiness:
-    return conn.app.state.readiness
+def get_readiness(services: ServicesDep) -> Readiness:
+    return services.readiness
 
 
-def get_models(conn: HTTPConnection) -> ModelManager:
+def get_models(services: ServicesDep) -> ModelManager:
     """The model manager, once the start-up models are loaded and warm; 503 before."""
-    readiness: Readiness = conn.app.state.readiness
+    readiness = services.readiness
     if not readiness.ready:
         if readiness.status == "failed":
             raise APIError(
@@ -72,12 +54,19 @@ def get_models(conn: HTTPConnection) -> ModelManager:
             code="loading",
             headers={"Retry-After": "5"},
         )
-    return conn.app.state.models
+    return services.models
 
 
-def get_pool(conn: HTTPConnection) -> WorkerPool:
-    return conn.app.state.pool
+def get_pool(services: ServicesDep) -> WorkerPool:
+    return services.pool
 
 
-def get_metrics(conn: HTTPConnection) -> Metrics:
-    return conn.app.state.metrics
+def get_metrics(services: ServicesDep) -> Metrics:
+    return services.metrics
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ReadinessDep = Annotated[Readiness, Depends(get_readiness)]
+ModelsDep = Annotated[ModelManager, Depends(get_models)]
+PoolDep = Annotated[WorkerPool, Depends(get_pool)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]

@@ -1,18 +1,15 @@
 """Prometheus metrics on a per-app `CollectorRegistry` (several apps can live in one process).
 
 Requests by route and status, audio seconds, per-stage latency and real-time-factor histograms,
-time to the first streamed delta, queue depth, running jobs and active streams.
+time to the first streamed delta, queue depth, running jobs and active streams. The route is
+`app.api.routes.metrics`.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Annotated
 
-from fastapi import APIRouter, Depends
-from fastapi.responses import Response
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -22,8 +19,6 @@ from prometheus_client import (
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.auth import require_api_key
-from app.api.deps import get_metrics
 from app.service.batch_records import StepRecord
 from app.service.batching import BatchingSessions
 from app.service.pool import WorkerPool
@@ -229,11 +224,3 @@ class Stopwatch:
 
     def __call__(self) -> float:
         return time.perf_counter() - self.t0
-
-
-router = APIRouter(tags=["metrics"], dependencies=[Depends(require_api_key)])
-
-
-@router.get("/metrics", include_in_schema=False)
-async def metrics_endpoint(metrics: Annotated[Metrics, Depends(get_metrics)]) -> Response:
-    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

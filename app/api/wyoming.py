@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -43,11 +42,10 @@ from wyoming.info import AsrModel, AsrProgram, Attribution, Describe, Info
 from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncTcpServer
 
-from app.api.deps import Readiness
 from app.api.discovery import WyomingAnnouncement
 from app.api.live.connection import LiveDeps
+from app.api.services import Readiness, Services
 from app.api.wyoming_framing import BoundedReader, WyomingError, close_gently
-from app.config import Settings
 from app.service.jobs import model_language, model_languages
 from app.service.live import (
     AudioDecodeError,
@@ -80,9 +78,9 @@ PROGRAM = Attribution(name="stt-openvino", url="https://github.com/openai/whispe
 class WyomingServer:
     """The TCP server, started and stopped by the app's lifespan."""
 
-    def __init__(self, app_state: Any) -> None:
-        self.state = app_state
-        settings: Settings = app_state.settings
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        settings = services.settings
         self.settings = settings
         self.clients = 0
         self._server = AsyncTcpServer(settings.wyoming_host, settings.wyoming_port or 0)
@@ -108,10 +106,10 @@ class WyomingServer:
         await self._server.stop()
 
     def _handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> SttHandler:
-        state = self.state
-        models = SessionModels(state.models)  # leases what the connection uses until it ends
-        deps = LiveDeps(self.settings, models, state.pool, models.vad, state.stream_drain)
-        return SttHandler(reader, writer, self, deps, state.readiness)
+        services = self.services
+        models = SessionModels(services.models)  # leases what the connection uses until it ends
+        deps = LiveDeps(self.settings, models, services.pool, models.vad, services.live.drain)
+        return SttHandler(reader, writer, self, deps, services.readiness)
 
 
 class SttHandler:

@@ -1,16 +1,16 @@
 """How many live sessions are open, which the shutdown waits on
-(`app.api.live.connection.OpenSessions`)."""
+(`app.api.services.LiveSessions`)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from app.api.live.connection import OpenSessions
+from app.api.services import LiveSessions
 
 
 def test_none_returns_when_the_last_session_closes() -> None:
     async def scenario() -> None:
-        sessions = OpenSessions()
+        sessions = LiveSessions()
         await asyncio.wait_for(sessions.none(), 1)  # none open
         with sessions, sessions:
             assert sessions.count == 2

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
+from app.api.deps import ServicesDep
 from app.api.live.audio_stream_config import StreamConfig, apply_update
 from app.api.live.connection import (
     LiveConnection,
@@ -213,6 +214,6 @@ class AudioStreamConnection(LiveConnection):
 
 
 @router.websocket("/v1/audio/stream")
-async def audio_stream(websocket: WebSocket) -> None:
+async def audio_stream(websocket: WebSocket, services: ServicesDep) -> None:
     """Live transcription; see the module docstring for the protocol."""
-    await serve(websocket, error_event, AudioStreamConnection)
+    await serve(websocket, services, error_event, AudioStreamConnection)

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from starlette.websockets import WebSocketState
 
 from app.api.auth import WS_KEY_SUBPROTOCOL_PREFIX, key_matches, websocket_key
-from app.api.deps import Readiness
+from app.api.services import Services
 from app.config import Settings
 from app.service.live import (
     LimitExceeded,
@@ -109,7 +109,7 @@ def load_json_event(text: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LiveDeps:
-    """What a live connection uses of the app (from `app.state`)."""
+    """What a live connection uses of the app's `Services`."""
 
     settings: Settings
     registry: SessionModels  # leases every model the session uses until it ends
@@ -177,12 +177,12 @@ ErrorFactory = Callable[[LiveError], BaseModel]
 
 async def serve(
     websocket: WebSocket,
+    services: Services,
     error_event: ErrorFactory,
     connection: Callable[[WebSocket, LiveDeps], LiveConnection],
 ) -> None:
     """Admit the client (see the module docstring), then run its connection."""
-    app = websocket.app
-    settings: Settings = app.state.settings
+    settings = services.settings
     offered = [
         p.strip()
         for p in websocket.headers.get("sec-websocket-protocol", "").split(",")
@@ -192,9 +192,7 @@ async def serve(
     await websocket.accept(subprotocol=(plain or offered or [None])[0])
 
     presented = websocket_key(websocket) or websocket.query_params.get("api_key")
-    readiness: Readiness = app.state.readiness
-    drain: asyncio.Event = app.state.stream_drain
-    sessions: OpenSessions = app.state.stream_sessions
+    readiness, sessions = services.readiness, services.live
     refusal: LiveError | None = None
     if not key_matches(settings.api_key, presented):
         message = "Incorrect API key provided." if presented else "You didn't provide an API key."
@@ -202,7 +200,7 @@ async def serve(
     elif not readiness.ready:
         detail = readiness.error or "the models are still loading; retry shortly"
         refusal = LiveError(detail, "loading", close=CLOSE_TRY_AGAIN, type_="server_error")
-    elif drain.is_set() or readiness.draining:
+    elif sessions.drain.is_set() or readiness.draining:
         refusal = LiveError("the server is shutting down; reconnect", "shutting_down",
                             close=CLOSE_TRY_AGAIN, type_="server_error")  # fmt: skip
     elif sessions.count >= settings.stream_max_sessions:
@@ -215,43 +213,17 @@ async def serve(
             await websocket.send_text(error_event(refusal).model_dump_json())
             await websocket.close(code=refusal.close or CLOSE_POLICY, reason=refusal.code)
         return
-    metrics = getattr(app.state, "metrics", None)
-    if metrics is not None:
-        metrics.active_streams.inc()
+    services.metrics.active_streams.inc()
     try:
         with sessions:
-            models = SessionModels(app.state.models)
-            deps = LiveDeps(settings, models, app.state.pool, models.vad, drain)
+            models = SessionModels(services.models)
+            deps = LiveDeps(settings, models, services.pool, models.vad, sessions.drain)
             try:
                 await connection(websocket, deps).run()
             finally:
                 models.close()
     finally:
-        if metrics is not None:
-            metrics.active_streams.dec()
-
-
-class OpenSessions:
-    """How many live sessions are open (`with sessions:` around one); `none()` returns once
-    none is (the shutdown waits on it). Event loop only."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._none = asyncio.Event()
-        self._none.set()
-
-    def __enter__(self) -> OpenSessions:
-        self.count += 1
-        self._none.clear()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.count -= 1
-        if not self.count:
-            self._none.set()
-
-    async def none(self) -> None:
-        await self._none.wait()
+        services.metrics.active_streams.dec()
 
 
 class LiveConnection(ABC):

@@ -35,6 +35,7 @@ from typing import Any
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
+from app.api.deps import ServicesDep
 from app.api.live.connection import (
     LiveConnection,
     LiveDeps,
@@ -365,6 +366,6 @@ class RealtimeConnection(LiveConnection):
 
 
 @router.websocket("/v1/realtime")
-async def realtime(websocket: WebSocket) -> None:
+async def realtime(websocket: WebSocket, services: ServicesDep) -> None:
     """The OpenAI Realtime transcription protocol; see the module docstring."""
-    await serve(websocket, error_event, RealtimeConnection)
+    await serve(websocket, services, error_event, RealtimeConnection)

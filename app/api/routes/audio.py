@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel
 
 from app.api.auth import require_api_key
-from app.api.deps import get_metrics, get_models, get_pool, get_settings
+from app.api.deps import MetricsDep, ModelsDep, PoolDep, SettingsDep
 from app.api.errors import APIError, UploadTooLargeError, to_api_error
 from app.api.forms import AudioForm, audio_form
 from app.api.metrics import Metrics, Stopwatch
@@ -77,10 +77,10 @@ class _Disconnected(Exception):
 async def create_transcription(
     request: Request,
     form: Annotated[AudioForm, Depends(audio_form)],
-    models: Annotated[ModelManager, Depends(get_models)],
-    pool: Annotated[WorkerPool, Depends(get_pool)],
-    settings: Annotated[Settings, Depends(get_settings)],
-    metrics: Annotated[Metrics, Depends(get_metrics)],
+    models: ModelsDep,
+    pool: PoolDep,
+    settings: SettingsDep,
+    metrics: MetricsDep,
     language: Annotated[str | None, Form(description="ISO-639-1 code; default: detect")] = None,
 ) -> Response:
     """Transcribe audio into the input language."""
@@ -93,10 +93,10 @@ async def create_transcription(
 async def create_translation(
     request: Request,
     form: Annotated[AudioForm, Depends(audio_form)],
-    models: Annotated[ModelManager, Depends(get_models)],
-    pool: Annotated[WorkerPool, Depends(get_pool)],
-    settings: Annotated[Settings, Depends(get_settings)],
-    metrics: Annotated[Metrics, Depends(get_metrics)],
+    models: ModelsDep,
+    pool: PoolDep,
+    settings: SettingsDep,
+    metrics: MetricsDep,
 ) -> Response:
     """Translate audio into English."""
     return await _handle(

@@ -3,29 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from app.api.deps import Readiness, get_pool, get_readiness, get_settings
+from app.api.deps import ServicesDep
 from app.api.schemas import Health, HealthModel
-from app.config import Settings
-from app.service.pool import WorkerPool
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/health", response_model=Health, responses={503: {"model": Health}})
-async def health(
-    request: Request,
-    readiness: Annotated[Readiness, Depends(get_readiness)],
-    pool: Annotated[WorkerPool, Depends(get_pool)],
-    settings: Annotated[Settings, Depends(get_settings)],
-) -> JSONResponse:
+async def health(services: ServicesDep) -> JSONResponse:
     """Readiness and liveness in one (no API key needed): 200 once the start-up models are
     warm, 503 again once a shutdown signal came (a load balancer stops sending new work here).
     `models` are the models loaded now, each with the memory its load took."""
+    readiness = services.readiness
     models: list[HealthModel] = []
     if readiness.ready:
         models = [
@@ -37,14 +29,14 @@ async def health(
                 warmup_s=i.warmup_s,
                 memory_bytes=i.memory_bytes,
             )
-            for i in request.app.state.models.infos()
+            for i in services.models.infos()
         ]
-    stats = pool.stats()
+    stats = services.pool.stats()
     serving = readiness.ready and not readiness.draining
     body = Health(
         status="draining" if readiness.draining else readiness.status,
         error=readiness.error,
-        default_model=settings.resolved_default_model,
+        default_model=services.settings.resolved_default_model,
         models=models,
         workers=stats.workers,
         max_queue=stats.max_queue,

@@ -14,14 +14,12 @@ from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse
 
 from app.api.auth import require_api_key
-from app.api.deps import get_models
+from app.api.deps import ModelsDep
 from app.api.schemas import ERROR_RESPONSES, ModelList, ModelObject
-from app.service.model_manager import ModelManager
 from app.service.model_options import ModelStatus
 
 router = APIRouter(prefix="/v1", tags=["models"], dependencies=[Depends(require_api_key)])
 
-Models = Annotated[ModelManager, Depends(get_models)]
 ModelId = Annotated[str, Path(description="A model id; may contain '/' (org/name).")]
 _CHANGE_RESPONSES: dict[int | str, dict[str, object]] = {
     202: {"model": ModelObject, "description": "Started; its state and progress on GET"},
@@ -32,25 +30,25 @@ _CHANGE_RESPONSES: dict[int | str, dict[str, object]] = {
 
 
 @router.get("/models", responses=ERROR_RESPONSES)
-async def list_models(models: Models) -> ModelList:
+async def list_models(models: ModelsDep) -> ModelList:
     """Loaded models and those that can be loaded (built folders, the catalog and aliases)."""
     return ModelList(data=[ModelObject.from_status(s) for s in models.statuses()])
 
 
 @router.get("/models/{model:path}", responses=ERROR_RESPONSES)
-async def retrieve_model(model: ModelId, models: Models) -> ModelObject:
+async def retrieve_model(model: ModelId, models: ModelsDep) -> ModelObject:
     """One model and its state; 404 if it is neither built, known nor being loaded."""
     return ModelObject.from_status(models.status(model))
 
 
 @router.post("/models/{model:path}", response_model=ModelObject, responses=_CHANGE_RESPONSES)
-async def load_model(model: ModelId, models: Models) -> JSONResponse:
+async def load_model(model: ModelId, models: ModelsDep) -> JSONResponse:
     """Fetch, build and load a model: 200 when loaded already, else 202."""
     return _answer(models.load(model), done="loaded")
 
 
 @router.delete("/models/{model:path}", response_model=ModelObject, responses=_CHANGE_RESPONSES)
-async def unload_model(model: ModelId, models: Models) -> JSONResponse:
+async def unload_model(model: ModelId, models: ModelsDep) -> JSONResponse:
     """Unload a model once its requests in flight finish: 200 when unloaded, else 202."""
     return _answer(models.unload(model), done="available")
 
