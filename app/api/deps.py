@@ -14,7 +14,7 @@ from starlette.requests import HTTPConnection
 
 from app.api.errors import SERVER_ERROR, APIError
 from app.api.metrics import Metrics
-from app.api.services import Readiness, Services
+from app.api.services import Services
 from app.config import Settings
 from app.service.model_manager import ModelManager
 from app.service.pool import WorkerPool
@@ -30,10 +30,6 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 
 def get_settings(services: ServicesDep) -> Settings:
     return services.settings
-
-
-def get_readiness(services: ServicesDep) -> Readiness:
-    return services.readiness
 
 
 def get_models(services: ServicesDep) -> ModelManager:
@@ -66,7 +62,6 @@ def get_metrics(services: ServicesDep) -> Metrics:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-ReadinessDep = Annotated[Readiness, Depends(get_readiness)]
 ModelsDep = Annotated[ModelManager, Depends(get_models)]
 PoolDep = Annotated[WorkerPool, Depends(get_pool)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
