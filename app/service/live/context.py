@@ -28,6 +28,8 @@ MAX_PREFIX_TOKENS = 160  # a longer forced prefix cuts the buffer
 STALL_S = 1.5  # a pass whose text ends this long before its audio stopped early
 FINAL_END_SLACK_S = 1.0  # a finalized last segment ending this close to the pause is closed there
 CUT_REPEAT_S = 0.3  # a committed word decoded again this close to a buffer cut is a repeat
+SENTENCE_END = (".", "!", "?")
+TRAILING = ("...", "…")  # Whisper's "the speech goes on" at the end of its audio
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,13 @@ class BufferContext:
         return k
 
     def settle(
-        self, decoded: Pass, done: int, *, forced: bool, final_end_s: float | None = None
+        self,
+        decoded: Pass,
+        done: int,
+        *,
+        forced: bool,
+        final_end_s: float | None = None,
+        reread_last: bool = False,
     ) -> Settled:
         """After a pass whose words hyp[:done] are committed: the closed segments holding only
         committed words become the forced prefix of the next pass; a buffer longer than `trim_s`
@@ -127,17 +135,27 @@ class BufferContext:
           sometimes ends a window early and then keeps doing so as the buffer grows (the speech
           after it never gets decoded). The buffer is then cut right after it, whatever its
           length, so the next pass starts on the skipped speech (`Settled.stalled`).
+
+        With `reread_last` (a client commit, which may fall at any short pause), a finalized
+        last segment that trails off (an ellipsis or no sentence end: "On Zoom, the...") stays
+        out: the next pass reads its audio again with no forced text for it and goes on from
+        there. Its words are committed already (matched, not sent again). Forced, Whisper's
+        "..." made the next item open a new sentence ("Results for the 2020 one-eye",
+        "...pound damage" for "pandemic"); a segment that ends a sentence is forced as before
+        (re-reading those too cost more words than it saved: "And long cheers" for "Um, last").
         """
         hyp, segments = decoded.words, list(decoded.segments)
+        reread_last = reread_last and bool(segments) and self._trails_off(segments[-1])
         audio_s = decoded.seconds
         limit = len(segments) - 1
         stalled = False
         if segments and segments[-1].closed:
             last = segments[-1]
             if final_end_s is not None and final_end_s - last.end <= FINAL_END_SLACK_S:
-                end = max(last.end, min(final_end_s, WINDOW_S))
-                segments[-1] = PassSegment(last.start, end, last.tokens, True)
-                limit = len(segments)
+                if not reread_last:
+                    end = max(last.end, min(final_end_s, WINDOW_S))
+                    segments[-1] = PassSegment(last.start, end, last.tokens, True)
+                    limit = len(segments)
             elif min(audio_s, final_end_s or audio_s) - last.end >= STALL_S:
                 limit = len(segments)
                 stalled = True
@@ -151,7 +169,7 @@ class BufferContext:
             covered = i
         stalled = stalled and covered == len(segments) - 1
         self.prefix = list(segments[: covered + 1])
-        part = self._committed_part(decoded, done, covered + 1)
+        part = None if reread_last else self._committed_part(decoded, done, covered + 1)
         prefix_tokens = sum(len(s.tokens) + 2 for s in self.prefix)
         too_long = audio_s > self.options.trim_s or prefix_tokens > MAX_PREFIX_TOKENS
         if covered < 0 or not (too_long or forced or stalled):
@@ -172,6 +190,12 @@ class BufferContext:
         log.debug("buffer cut at %.2f s (segment end%s)", cut / SAMPLE_RATE,
                   ", the decoder stopped there" if stalled else "")  # fmt: skip
         return Settled(cut=True, stalled=stalled)
+
+    def _trails_off(self, segment: PassSegment) -> bool:
+        """The segment's text does not end a sentence, or ends in an ellipsis: Whisper's sign
+        that the speech goes on past its audio."""
+        text = self.tokenizer.decode(segment.tokens).rstrip()
+        return text.endswith(TRAILING) or not text.endswith(SENTENCE_END)
 
     def _committed_part(self, decoded: Pass, done: int, index: int) -> PassSegment | None:
         """AlignAtt: segment `index` (still open, or not fully committed) with only the tokens

@@ -317,9 +317,11 @@ class StreamingSession:
             if decoded is not None and decoded.start == self._buf.start:
                 self.context.committed = list(decoded.words)
                 final_end_s = (until - decoded.start) / SAMPLE_RATE
+                reread = self._final_reason == "flush"  # a client's commit: read the end again
                 stalled = self.context.settle(
-                    decoded, len(decoded.words), forced=False, final_end_s=final_end_s
-                ).stalled
+                    decoded, len(decoded.words), forced=False, final_end_s=final_end_s,
+                    reread_last=reread,
+                ).stalled  # fmt: skip
             self._last_pass = None
             if not stalled or until - self._buf.start < SAMPLE_RATE // 2:
                 break
