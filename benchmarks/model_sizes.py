@@ -358,7 +358,10 @@ def report(results: dict[str, dict]) -> list[str]:
         "over every sample of every round (encoder: the windows after a warm-up one; ours' "
         "step: means of 20 calls). The machine is "
         f"shared: **busy** = a 1-min load average ≥ {BUSY} during the size's measurements "
-        "(figures of both sides are then slower and much noisier).",
+        "(figures of both sides are then slower and much noisier). Load time: ours compiles "
+        "the encoder, decoder and aligner sessions (no OpenVINO cache, the service's default); "
+        "CTranslate2 reads model.bin (after the first round from the page cache). RSS after "
+        "load: VmRSS of the worker process, Python and the runtime included.",
         "",
         *common.table(
             [
