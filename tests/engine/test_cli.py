@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import AUDIO, MODELS_DIR, REPO
-from tests.engine.conftest import JFK, REFERENCES, _folder, normalise
+from tests.conftest import AUDIO, MODELS_DIR, REPO, model_dir
+from tests.engine.conftest import JFK, REFERENCES, normalise
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -22,7 +22,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_srt_with_timings():
-    _folder("tiny.en")
+    model_dir("tiny.en")
     done = run_cli(
         str(AUDIO / JFK),
         "--model", "tiny.en",
@@ -43,7 +43,7 @@ def test_cli_srt_with_timings():
 
 
 def test_cli_json_prints_words():
-    _folder("tiny.en")
+    model_dir("tiny.en")
     done = run_cli(
         str(AUDIO / JFK),
         "--model", "tiny.en",
@@ -62,7 +62,7 @@ def test_cli_json_prints_words():
 
 
 def test_cli_reports_a_bad_file(tmp_path):
-    _folder("tiny.en")
+    model_dir("tiny.en")
     bad = tmp_path / "notes.wav"
     bad.write_text("not audio")
     done = run_cli(str(bad), "--model", "tiny.en", "--models-dir", str(MODELS_DIR), "--ep", "cpu")
