@@ -43,7 +43,8 @@ class RuntimeOptions:
     activation_quantization: OpenVINO CPU, int8 weight files: "on" = the int8 linear layers
         quantize their inputs too, per token in groups of 32 (int8 x int8 products, as
         CTranslate2's int8 does); "off" = the weights are expanded inside an f32/bf16 product;
-        "auto" = on where the CPU computes f32, off under bf16/f16 (see `_activation_groups`).
+        "auto" = on where the CPU computes f32 with int8 dot products (VNNI/AMX), else off (see
+        `_activation_groups`).
     """
 
     ep: str = "openvino"
@@ -115,6 +116,17 @@ def cpu_has_native_bf16() -> bool:
     return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
 
 
+def cpu_has_int8_dot_products() -> bool:
+    """True when this CPU has int8 dot-product instructions (AVX-512 VNNI, AVX-VNNI or AMX):
+    OpenVINO CPU only quantizes activations with them (on an AVX2-only AMD EPYC, 2026-11-28, a
+    decoder step's logits were bit for bit the same with it on and off)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return bool(re.search(r"\b(avx512_vnni|avx_vnni|amx_int8)\b", flags))
+
+
 def _activation_groups(precision: str | None, activation_quantization: str) -> int:
     """OpenVINO CPU's `DYNAMIC_QUANTIZATION_GROUP_SIZE` for int8 weights (0 = off).
 
@@ -123,9 +135,11 @@ def _activation_groups(precision: str | None, activation_quantization: str) -> i
     decodes 20-30 % faster with the same words, and a row's logits are the same bit for bit alone
     or packed with others (off: they differ by ~1e-5). Under bf16 (measured on a CPU with
     AVX-512 BF16) it gave no speed and the logits depend on the call's row count, so auto = off
-    there."""
+    there. Without int8 dot products (AVX2 only) OpenVINO does not apply it: auto = off, so the
+    settings say what runs (and a row's logits then differ by ~1e-5 with the rows beside it)."""
     if activation_quantization == "auto":
-        activation_quantization = "off" if precision in ("bf16", "f16") else "on"
+        exact = precision in ("bf16", "f16") or not cpu_has_int8_dot_products()
+        activation_quantization = "off" if exact else "on"
     return ACTIVATION_GROUP if activation_quantization == "on" else 0
 
 

@@ -1,7 +1,8 @@
 """Activation quantization (int8 inputs to the int8 linear layers, OpenVINO CPU): what it may
 change and what it must not.
 
-It is on by default where the CPU computes f32 (`STT_ACTIVATION_QUANTIZATION=auto`). It must not
+It is on by default where the CPU computes f32 and has int8 dot products (VNNI or AMX;
+`STT_ACTIVATION_QUANTIZATION=auto`). It must not
 make a transcript depend on the load (a row's logits alone and packed with others' must be the
 same: the batching scheduler packs rows by load), and it must write the words the exact
 computation writes on the repo's clips (punctuation may move: logits differ by up to ~0.3).
@@ -28,7 +29,8 @@ def quantizes_by_default() -> bool:
 
 needs_default_on = pytest.mark.skipif(
     not quantizes_by_default(),
-    reason="this CPU computes bf16: activation quantization is off by default here",
+    reason="activation quantization is off by default on this CPU (it computes bf16, or it has no"
+    " int8 dot products (VNNI/AMX) for OpenVINO to quantize with)",
 )
 
 

@@ -48,8 +48,13 @@ def test_auto_precision(monkeypatch: pytest.MonkeyPatch) -> None:
     assert decoder["SNIPPETS_MODE"] == "DISABLE"  # OpenVINO 2025.4 bug with bf16 attention
     assert _openvino_config("GPU", "auto", True) == {}
     monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: True)
     assert _openvino_config("CPU", "auto", True) == {"CPU": on}  # f32: int8 x int8 products
     assert _openvino_config("CPU", None, True) == {"CPU": on}
+    monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: False)
+    assert _openvino_config("CPU", "auto", True) == {"CPU": off}  # AVX2 only: not applied
+    assert _openvino_config("CPU", None, False, "on") == {"CPU": on}  # asked for: as asked
+    monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: True)
     assert _openvino_config("CPU", "f32", True, "off") == {
         "CPU": {"INFERENCE_PRECISION_HINT": "f32", **off}
     }
