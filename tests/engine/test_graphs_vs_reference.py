@@ -260,14 +260,16 @@ def test_cross_kv_matches_reference(
     ours = sessions.encode(_jfk(reference, folder))
     theirs = reference_cross_kv(reference_for(folder), reference.encoder_output(folder))
     assert len(ours) == len(theirs)
-    diffs = {}
+    diffs, excess = {}, {}
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-        kind = "kv"[i % 2]
-        diffs[f"cross_{kind}_{i // 2}"] = _record(
-            f"{folder.name}/{ep} cross_{kind}_{i // 2}", _maxdiff(a, b)
-        )
+        name = f"cross_{'kv'[i % 2]}_{i // 2}"
+        diffs[name] = _record(f"{folder.name}/{ep} {name}", _maxdiff(a, b))
+        # the encoder output's bound (above), carried through one projection: on an AVX2-only
+        # CPU the CPU EP's f32 products drift 2.3e-3 absolute on base's cross K (|K| up to ~20)
+        excess[name] = float((np.abs(a - b) / (TOLERANCE + ENCODER_RTOL * np.abs(b))).max())
     _record(f"{folder.name}/{ep} cross K/V (all layers)", max(diffs.values()))
-    assert max(diffs.values()) <= TOLERANCE, diffs
+    worst = _record(f"{folder.name}/{ep} cross K/V |d|/(1e-3+1e-3|ref|)", max(excess.values()))
+    assert worst <= 1.0, (excess, diffs)
 
 
 def test_first_step_logits_and_self_kv_match_reference(
