@@ -176,6 +176,7 @@ class Session:
     started: int = 0  # items whose speech started
     transcripts: list[str] = field(default_factory=list)  # completed items
     error: str | None = None
+    last_event: float = 0.0  # monotonic time of the last server event
 
 
 async def realtime_session(url: str, seconds: float, session: Session) -> None:
@@ -192,6 +193,7 @@ async def realtime_session(url: str, seconds: float, session: Session) -> None:
                 with contextlib.suppress(ConnectionClosed):
                     async for message in ws:
                         event = json.loads(message)
+                        session.last_event = time.monotonic()
                         if event["type"] == "input_audio_buffer.speech_started":
                             session.started += 1
                         elif event["type"] == COMPLETED:
@@ -212,7 +214,7 @@ async def realtime_session(url: str, seconds: float, session: Session) -> None:
                         if reader.done():
                             break
                 # the last item completes after the trailing silence; then close
-                await asyncio.wait_for(_settled(session), 15)
+                await asyncio.wait_for(_settled(session), 45)
                 await ws.close()
             await reader
         session.close_code = ws.close_code
@@ -220,8 +222,14 @@ async def realtime_session(url: str, seconds: float, session: Session) -> None:
         session.error = f"{type(e).__name__}: {e}"
 
 
-async def _settled(session: Session) -> None:
-    while len(session.transcripts) < session.started:
+async def _settled(session: Session, quiet_s: float = 5.0) -> None:
+    """Every started item completed and the server quiet for `quiet_s`: a server behind real
+    time (a slow CPU: AVX2 only, two replicas and REST load on 2 cores) still has audio to read,
+    and items it has not started yet; closing at the first balance lost them."""
+    while (
+        len(session.transcripts) < session.started
+        or time.monotonic() - session.last_event < quiet_s
+    ):
         await asyncio.sleep(0.1)
 
 
