@@ -15,7 +15,7 @@ from pathlib import Path
 from app.export.build import build_model
 from app.export.errors import BuildError
 from app.export.names import ModelRef, canonical_id, folder_name, resolve_name
-from app.export.sources import MODEL_NAME, ResolvedSource, catalog
+from app.export.sources import MODEL_NAME, ResolvedSource, catalog, wheel_pattern
 from app.runtime.contract import ContractError, Manifest, missing_files
 
 log = logging.getLogger(__name__)
@@ -42,9 +42,7 @@ def _scaled(on_progress: Progress, start: float, end: float) -> Progress:
 
 def _catalog_cached(name: str, cache_dir: Path) -> bool:
     packages = catalog()[name]["packages"]
-    return all(
-        any(cache_dir.glob(f"{p['name'].replace('-', '_')}-{p['version']}-*.whl")) for p in packages
-    )
+    return all(any(cache_dir.glob(wheel_pattern(p))) for p in packages)
 
 
 def _fetch(

