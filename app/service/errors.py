@@ -1,0 +1,40 @@
+"""The one error the service raises to refuse a request: "reject with this code".
+
+Every adapter (REST, the Realtime protocol, the own WebSocket, Wyoming) maps `kind` to its wire
+once (an HTTP status, a WebSocket close code, a Wyoming error event) and passes `code`, `message`
+and `param` through unchanged; no adapter inspects the message.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+RejectionKind = Literal["invalid_request", "not_found", "busy", "unavailable", "limit"]
+
+
+class Rejected(Exception):
+    """A request the service refuses.
+
+    code: machine-readable reason ("invalid_value", "model_not_found", "queue_full",
+    "session_too_long" ...); message: for a person; param: the request field at fault, if one is;
+    kind: what sort of refusal — invalid_request (the client sent a value the service cannot
+    use), not_found (it named something that does not exist), busy (try again soon; see
+    `retry_after_s`), unavailable (the service or a model cannot serve now), limit (a size or
+    duration bound was passed).
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        param: str | None = None,
+        kind: RejectionKind = "invalid_request",
+        retry_after_s: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+        self.kind = kind
+        self.retry_after_s = retry_after_s
