@@ -1,0 +1,133 @@
+"""Local speaker activity of sliding windows -> global speaker turns (the pyannote 3.x way).
+
+The segmentation model gives, per window `c` (10 s, starting at `starts[c]` seconds) and per frame
+`f` of it, the binary activity of up to 3 *local* speakers. Windows overlap, so every global frame
+is seen by several windows: the number of speakers talking at a frame is the rounded mean of the
+windows' counts there; once each window's local speakers are mapped to global clusters, a frame
+goes to the `count` clusters with the most summed activity. Pure functions over arrays; the window
+loop keeps memory at one window's slice beside the global `[frames, clusters]` result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+UNASSIGNED = -1  # a local speaker that is silent in its window (no cluster)
+
+
+@dataclass(frozen=True)
+class FrameGrid:
+    """Where the segmentation frames are: frame `f` of a window starting at `t` covers
+    `[t + f * step_s, t + f * step_s + duration_s]` (pyannote's receptive field)."""
+
+    step_s: float
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.step_s > 0 and self.duration_s > 0):
+            raise ValueError(f"frame step and duration must be > 0, got {self}")
+
+    def first_frame(self, window_start_s: float) -> int:
+        """Global index of a window's frame 0 (pyannote's `closest_frame`)."""
+        return round(window_start_s / self.step_s)
+
+    def middle(self, frame: int | np.ndarray) -> float | np.ndarray:
+        """Time (seconds) of a global frame's middle."""
+        return frame * self.step_s + 0.5 * self.duration_s
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One speaker talking from `start` to `end` (seconds); `speaker` is a cluster index."""
+
+    start: float
+    end: float
+    speaker: int
+
+
+def global_frames(starts: np.ndarray, frames_per_window: int, grid: FrameGrid) -> int:
+    """Number of global frames the windows cover."""
+    if len(starts) == 0:
+        return 0
+    return grid.first_frame(float(starts[-1])) + frames_per_window
+
+
+def speaker_count(activity: np.ndarray, starts: np.ndarray, grid: FrameGrid) -> np.ndarray:
+    """[T] int: how many speakers talk at each global frame (windows' counts averaged, rounded).
+
+    activity: [windows, frames, local speakers] in {0, 1}; starts: [windows] seconds.
+    """
+    windows, frames, _ = activity.shape
+    total = np.zeros(global_frames(starts, frames, grid), dtype=np.float64)
+    seen = np.zeros_like(total)
+    for c in range(windows):
+        first = grid.first_frame(float(starts[c]))
+        total[first : first + frames] += activity[c].sum(axis=1)
+        seen[first : first + frames] += 1.0
+    mean = np.divide(total, seen, out=np.zeros_like(total), where=seen > 0)
+    return np.rint(mean).astype(np.int64)
+
+
+def global_activity(
+    activity: np.ndarray, clusters: np.ndarray, starts: np.ndarray, grid: FrameGrid, n: int
+) -> np.ndarray:
+    """[T, n]: each cluster's activity summed over the windows (a window's local speakers mapped
+    to the same cluster count once, as their maximum).
+
+    clusters: [windows, local speakers] cluster index or UNASSIGNED.
+    """
+    windows, frames, _ = activity.shape
+    summed = np.zeros((global_frames(starts, frames, grid), n), dtype=np.float64)
+    for c in range(windows):
+        first = grid.first_frame(float(starts[c]))
+        for k in set(clusters[c].tolist()) - {UNASSIGNED}:
+            mine = clusters[c] == k
+            summed[first : first + frames, k] += activity[c][:, mine].max(axis=1)
+    return summed
+
+
+def binarize(summed: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """[T, n] bool: at each frame the `count` clusters with the most activity (ties: lower
+    index first), never a cluster with none."""
+    frames, n = summed.shape
+    order = np.argsort(-summed, axis=1, kind="stable")
+    rank = np.empty_like(order)
+    rank[np.arange(frames)[:, None], order] = np.arange(n)[None, :]
+    return (rank < np.minimum(count[:frames], n)[:, None]) & (summed > 0)
+
+
+def turns(binary: np.ndarray, grid: FrameGrid, duration_s: float) -> tuple[Turn, ...]:
+    """Each cluster's runs of active frames as turns (frame middles, clipped to the audio),
+    sorted by start."""
+    found: list[Turn] = []
+    for k in range(binary.shape[1]):
+        edges = np.diff(np.concatenate(([0], binary[:, k].astype(np.int8), [0])))
+        for on, off in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
+            start = min(float(grid.middle(int(on))), duration_s)
+            end = min(float(grid.middle(int(off))), duration_s)
+            if end > start:
+                found.append(Turn(round(start, 3), round(end, 3), k))
+    return tuple(sorted(found, key=lambda t: (t.start, t.speaker)))
+
+
+def speaker_turns(
+    activity: np.ndarray,
+    clusters: np.ndarray,
+    starts: np.ndarray,
+    grid: FrameGrid,
+    duration_s: float,
+) -> tuple[Turn, ...]:
+    """Global turns from the windows' local activity and their speakers' clusters."""
+    assigned = clusters[clusters != UNASSIGNED]
+    if assigned.size == 0:
+        return ()
+    n = int(assigned.max()) + 1
+    summed = global_activity(activity, clusters, starts, grid, n)
+    return turns(binarize(summed, speaker_count(activity, starts, grid)), grid, duration_s)
+
+
+def clean_frames(activity: np.ndarray) -> np.ndarray:
+    """[windows, frames, local] bool: frames where that local speaker talks alone."""
+    return activity.astype(bool) & (activity.sum(axis=2, keepdims=True) == 1)

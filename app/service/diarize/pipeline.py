@@ -1,0 +1,145 @@
+"""The diarization pipeline: segmentation -> local embeddings -> clustering -> turns -> words.
+
+`Diarizer` runs the speaker models (`app.engine.speakers`) and hands their arrays to the pure
+steps (`activity`, `clustering`, `attribution`): an embedding per (window, local speaker) from the
+frames where that speaker talks alone (all its frames when it never does for long enough); those
+talking alone for at least `min_clean_fraction` of the window train the clustering, every one is
+assigned. Known speakers' reference clips are embedded whole.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from app.runtime.contract import SAMPLE_RATE
+from app.service.diarize.activity import UNASSIGNED, FrameGrid, Turn, clean_frames, speaker_turns
+from app.service.diarize.attribution import SpeakerSegment, speaker_labels, speaker_segments
+from app.service.diarize.clustering import ClusteringOptions, SpeakerHints, cluster
+from app.service.results import Segment
+from app.service.transcriber import TranscriptionCancelled
+
+MIN_MASK_FRAMES = 3  # fewer clean frames than this: embed over all the speaker's frames
+
+
+class Segmentation(Protocol):
+    """Local speaker activity [windows, frames, speakers] of sliding windows over the audio."""
+
+    grid: FrameGrid
+    window_samples: int
+
+    def __call__(self, audio: np.ndarray) -> np.ndarray: ...
+
+    def window_starts(self, windows: int) -> np.ndarray: ...
+
+
+class Embedding(Protocol):
+    """A unit speaker embedding [d] of audio, weighted by a per-frame mask of the segmentation's
+    frames (None: all of it)."""
+
+    def __call__(self, audio: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class DiarizationOptions:
+    clustering: ClusteringOptions = field(default_factory=ClusteringOptions)
+    min_clean_fraction: float = 0.2  # pyannote 3.1's min_active_ratio
+    known_threshold: float = 0.5  # cosine similarity that names a cluster after a reference
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.min_clean_fraction <= 1.0 and -1.0 <= self.known_threshold <= 1.0):
+            raise ValueError(f"invalid diarization options {self}")
+
+
+@dataclass(frozen=True)
+class Diarization:
+    """Global speaker turns (cluster indices) and each cluster's unit centroid [k, d]."""
+
+    turns: tuple[Turn, ...]
+    centroids: np.ndarray
+
+    def labels(self, known: Sequence[tuple[str, np.ndarray]], threshold: float) -> dict[int, str]:
+        return speaker_labels(self.turns, self.centroids, known, threshold)
+
+
+@dataclass(frozen=True)
+class KnownSpeaker:
+    """A name and the embedding of its reference clip."""
+
+    name: str
+    embedding: np.ndarray
+
+
+class Diarizer:
+    """Who speaks when in 16 kHz mono f32 audio (blocking; run it on a worker thread)."""
+
+    def __init__(
+        self, segmentation: Segmentation, embedding: Embedding, options: DiarizationOptions
+    ) -> None:
+        self.segmentation = segmentation
+        self.embedding = embedding
+        self.options = options
+
+    def __call__(
+        self,
+        audio: np.ndarray,
+        hints: SpeakerHints,
+        cancel: threading.Event | None = None,
+    ) -> Diarization:
+        activity = self.segmentation(audio)
+        windows, frames, local = activity.shape
+        starts = self.segmentation.window_starts(windows)
+        step = self.segmentation.window_samples
+        clean = clean_frames(activity)
+        talking = activity.astype(bool)
+        embeddings = np.full((windows * local, 0), np.nan)
+        train = np.zeros(windows * local, dtype=bool)
+        for c in range(windows):
+            if cancel is not None and cancel.is_set():
+                raise TranscriptionCancelled("diarization cancelled")
+            first = round(float(starts[c]) * SAMPLE_RATE)
+            window = _padded(audio[first : first + step], step)
+            for s in range(local):
+                if not talking[c, :, s].any():
+                    continue
+                n_clean = int(clean[c, :, s].sum())
+                mask = clean[c, :, s] if n_clean >= MIN_MASK_FRAMES else talking[c, :, s]
+                vector = self.embedding(window, mask.astype(np.float32))
+                if embeddings.shape[1] == 0:
+                    embeddings = np.full((windows * local, vector.shape[0]), np.nan)
+                embeddings[c * local + s] = vector
+                train[c * local + s] = n_clean >= self.options.min_clean_fraction * frames
+        if embeddings.shape[1] == 0:  # nobody talks
+            return Diarization((), np.zeros((0, 0)))
+        clusters = cluster(embeddings, train, hints, self.options.clustering)
+        labels = clusters.labels.reshape(windows, local)
+        labels[~talking.any(axis=1)] = UNASSIGNED
+        duration = len(audio) / SAMPLE_RATE
+        turns = speaker_turns(activity, labels, starts, self.segmentation.grid, duration)
+        return Diarization(turns, clusters.centroids)
+
+    def reference(self, clip: np.ndarray) -> np.ndarray:
+        """The embedding of a known speaker's reference clip (all of it)."""
+        return self.embedding(clip, None)
+
+
+def _padded(window: np.ndarray, samples: int) -> np.ndarray:
+    """The last window, shorter than the others, zero-padded as the segmentation saw it."""
+    if len(window) >= samples:
+        return window
+    return np.concatenate([window, np.zeros(samples - len(window), dtype=window.dtype)])
+
+
+def speaker_transcript(
+    segments: Iterable[Segment],
+    diarization: Diarization,
+    known: Sequence[KnownSpeaker],
+    threshold: float,
+) -> tuple[SpeakerSegment, ...]:
+    """The transcript's segments split by speaker, labelled with names or letters."""
+    labels = diarization.labels([(k.name, k.embedding) for k in known], threshold)
+    return speaker_segments(segments, diarization.turns, labels)

@@ -1,0 +1,104 @@
+"""Local speaker activity of overlapping windows -> global speaker turns (pure, on arrays)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.service.diarize.activity import (
+    UNASSIGNED,
+    FrameGrid,
+    Turn,
+    binarize,
+    clean_frames,
+    global_activity,
+    speaker_count,
+    speaker_turns,
+)
+
+GRID = FrameGrid(step_s=0.1, duration_s=0.1)  # 100 frames per 10 s window
+FRAMES = 100
+
+
+def _windows(talks: list[tuple[int, float, float]], seconds: float, permute: bool):
+    """Sliding 10 s windows every 1 s over `seconds` of audio in which global speaker g talks
+    from a to b for each (g, a, b); each window lists its speakers in its own local order."""
+    starts = np.arange(0.0, seconds - 10.0 + 1e-9, 1.0)
+    activity = np.zeros((len(starts), FRAMES, 3), dtype=np.float32)
+    clusters = np.full((len(starts), 3), UNASSIGNED)
+    for c, t0 in enumerate(starts):
+        times = t0 + np.arange(FRAMES) * GRID.step_s + 0.5 * GRID.duration_s
+        present = [g for g, a, b in talks if ((times >= a) & (times < b)).any()]
+        local = list(dict.fromkeys(present))
+        if permute and c % 2:
+            local.reverse()
+        for s, g in enumerate(local):
+            for gg, a, b in talks:
+                if gg == g:
+                    activity[c, :, s] = np.maximum(activity[c, :, s], (times >= a) & (times < b))
+            clusters[c, s] = g
+    return activity, clusters, starts
+
+
+def test_turns_follow_each_speaker_whatever_its_local_index() -> None:
+    activity, clusters, starts = _windows([(0, 0.0, 8.0), (1, 10.0, 18.0)], 20.0, permute=True)
+    turns = speaker_turns(activity, clusters, starts, GRID, 20.0)
+    assert [t.speaker for t in turns] == [0, 1]
+    assert abs(turns[0].start - 0.05) < 0.11 and abs(turns[0].end - 8.0) < 0.11
+    assert abs(turns[1].start - 10.0) < 0.11 and abs(turns[1].end - 18.0) < 0.11
+
+
+def test_overlapped_speech_gives_both_speakers_a_turn() -> None:
+    activity, clusters, starts = _windows([(0, 0.0, 12.0), (1, 10.0, 20.0)], 20.0, permute=False)
+    turns = speaker_turns(activity, clusters, starts, GRID, 20.0)
+    by = {t.speaker: t for t in turns}
+    assert by[0].end > 11.8 and by[1].start < 10.2  # 10..12 s belongs to both
+
+
+def test_count_is_the_windows_mean_rounded() -> None:
+    activity = np.zeros((2, FRAMES, 3), dtype=np.float32)
+    activity[0, :, :2] = 1  # window 0 hears two speakers everywhere
+    activity[1, :, 0] = 1  # window 1 (starting 1 s later) hears one
+    count = speaker_count(activity, np.array([0.0, 1.0]), GRID)
+    assert count.shape == (FRAMES + 10,)
+    assert (count[:10] == 2).all()  # only window 0
+    assert (count[10:FRAMES] == 2).all()  # mean 1.5 rounds to 2 (banker's: rint)
+    assert (count[FRAMES:] == 1).all()
+
+
+def test_a_frame_goes_to_the_most_active_speakers_up_to_the_count() -> None:
+    summed = np.array([[0.2, 0.9, 0.5], [0.0, 0.0, 0.0], [1.0, 0.0, 1.0]])
+    binary = binarize(summed, np.array([1, 2, 2]))
+    assert binary.tolist() == [[False, True, False], [False, False, False], [True, False, True]]
+
+
+def test_clean_frames_are_those_with_one_speaker() -> None:
+    activity = np.array([[[1, 0, 0], [1, 1, 0], [0, 0, 1]]], dtype=np.float32)
+    assert clean_frames(activity)[0].tolist() == [
+        [True, False, False],
+        [False, False, False],
+        [False, False, True],
+    ]
+
+
+def test_nobody_talking_gives_no_turns_and_turns_stop_at_the_audio_end() -> None:
+    activity = np.zeros((3, FRAMES, 3), dtype=np.float32)
+    starts = np.array([0.0, 1.0, 2.0])
+    assert speaker_turns(activity, np.full((3, 3), UNASSIGNED), starts, GRID, 12.0) == ()
+    activity[:, :, 0] = 1
+    clusters = np.array([[0, UNASSIGNED, UNASSIGNED]] * 3)
+    assert speaker_turns(activity, clusters, starts, GRID, 11.5) == (Turn(0.05, 11.5, 0),)
+
+
+def test_a_windows_local_speakers_add_to_their_clusters() -> None:
+    activity = np.zeros((2, FRAMES, 3), dtype=np.float32)
+    activity[0, :50, 0] = 1  # cluster 1
+    activity[0, 50:, 1] = 1  # cluster 0
+    activity[0, 40:60, 2] = 1  # cluster 1 too: counts once where it overlaps local speaker 0
+    activity[1, :, 0] = 1  # window 1 (1 s later): cluster 0 throughout
+    clusters = np.array([[1, 0, 1], [0, UNASSIGNED, UNASSIGNED]])
+    summed = global_activity(activity, clusters, np.array([0.0, 1.0]), GRID, 2)
+    expected = np.zeros((FRAMES + 10, 2))
+    expected[:60, 1] = 1
+    expected[50:FRAMES, 0] += 1
+    expected[10:, 0] += 1
+    assert np.array_equal(summed, expected)
