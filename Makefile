@@ -10,7 +10,7 @@ PORT ?= 8000
 # glibc malloc: big arrays mmapped and returned, two arenas (see app/runtime/memory.py)
 MALLOC_ENV := MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=262144 MALLOC_TRIM_THRESHOLD_=1048576
 
-.PHONY: setup-browser setup setup-dev models test-models run test lint format test-docker test-scaleout clean
+.PHONY: setup-browser setup setup-dev models speaker-models test-models run test lint format test-docker test-scaleout clean
 
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ setup-dev: $(VENV)/.dev
 models: setup
 	$(PY) -m app.export build $(MODEL) --models-dir $(MODELS_DIR) $(if $(PRECISION),--precision $(PRECISION)) --skip-existing
 	$(PY) -m app.export vad --models-dir $(MODELS_DIR)
+
+## The speaker models for diarization (pyannote segmentation-3.0 + CAM++): models/speakers/
+speaker-models: setup
+	$(PY) -m app.export speakers --models-dir $(MODELS_DIR)
 
 test-models: setup
 	$(foreach m,$(TEST_MODELS),$(PY) -m app.export build $(m) --models-dir $(MODELS_DIR) --skip-existing &&) true

