@@ -1,10 +1,11 @@
 """HTTP errors at the edge: every error leaves as OpenAI's `{"error": {message, type, ...}}`.
 
-Domain errors from the service layer are mapped to a status here and nowhere else:
-unknown model 404, bad parameter / validation 400, undecodable audio 415, upload or audio too
-large 413, queue full 429 (+ `Retry-After`), not ready 503, anything unexpected 500; model
-management: fetching off 403, model being unloaded 409, model loading or no room 503
-(+ `Retry-After`), a load that failed 500 with its reason.
+The service refuses a request with one error, `Rejected`; its `kind` is mapped to a status here
+and nowhere else (`REJECTION_STATUS`): a bad parameter 400, fetching off 403, an unknown model
+404, a model being unloaded 409, a limit 413, a full queue 429, a model loading, no room or
+shutting down 503; `retry_after_s` becomes `Retry-After`. The engine's audio errors: undecodable
+415, too long 413. Validation 400, a load that failed 500 with its reason, anything unexpected
+500.
 """
 
 from __future__ import annotations
@@ -17,23 +18,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.service.jobs import ModelUnavailableError
+from app.service.errors import Rejected, RejectionKind
 from app.service.model_open import ModelLoadError
-from app.service.model_options import DownloadsDisabledError
-from app.service.pool import PoolClosedError, QueueFullError
-from app.service.registry import (
-    AudioDecodeError,
-    AudioTooLongError,
-    InvalidRequestError,
-    TranscriptionCancelled,
-    UnknownModelError,
-)
+from app.service.registry import AudioDecodeError, AudioTooLongError, TranscriptionCancelled
 
 log = logging.getLogger(__name__)
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
-UNAVAILABLE_STATUS = {"model_unloading": 409}  # other ModelUnavailableError codes: 503
+REJECTION_STATUS: dict[RejectionKind, int] = {
+    "invalid_request": 400,
+    "forbidden": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "limit": 413,
+    "busy": 429,
+    "unavailable": 503,
+}
 
 
 def error_body(
@@ -87,40 +88,16 @@ def to_api_error(exc: Exception) -> APIError:
     match exc:
         case APIError():
             return exc
-        case ModelUnavailableError():
-            status = UNAVAILABLE_STATUS.get(exc.code, 503)
-            return APIError(
-                status,
-                str(exc),
-                type_=SERVER_ERROR if status >= 500 else INVALID_REQUEST,
-                param="model",
-                code=exc.code,
-                headers={"Retry-After": str(exc.retry_after_s)},
-            )
-        case UnknownModelError():
-            return APIError(404, str(exc), param="model", code="model_not_found")
-        case InvalidRequestError():
-            return APIError(400, str(exc), param=exc.param, code="invalid_value")
+        case Rejected():
+            return _from_rejected(exc)
         case AudioTooLongError():
             return APIError(413, f"Audio too long: {exc}", param="file", code="audio_too_long")
         case AudioDecodeError():
             return APIError(
                 415, f"Invalid file format: {exc}", param="file", code="unsupported_audio"
             )
-        case QueueFullError():
-            return APIError(
-                429,
-                str(exc),
-                type_="rate_limit_error",
-                code="queue_full",
-                headers={"Retry-After": str(exc.retry_after_s)},
-            )
-        case DownloadsDisabledError():
-            return APIError(403, str(exc), param="model", code="model_downloads_disabled")
         case ModelLoadError():
             return APIError(500, str(exc), type_=SERVER_ERROR, code="model_load_failed")
-        case PoolClosedError():
-            return APIError(503, str(exc), type_=SERVER_ERROR, code="shutting_down")
         case TranscriptionCancelled():
             return APIError(499, "The request was cancelled", code="cancelled")
         case UploadTooLargeError():
@@ -131,6 +108,20 @@ def to_api_error(exc: Exception) -> APIError:
             return APIError(
                 500, "The server had an error while processing your request", type_=SERVER_ERROR
             )
+
+
+def _from_rejected(exc: Rejected) -> APIError:
+    status = REJECTION_STATUS[exc.kind]
+    type_ = "rate_limit_error" if status == 429 else INVALID_REQUEST
+    headers = None if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+    return APIError(
+        status,
+        exc.message,
+        type_=SERVER_ERROR if status >= 500 else type_,
+        param=exc.param,
+        code=exc.code,
+        headers=headers,
+    )
 
 
 def _from_http_exception(exc: StarletteHTTPException) -> APIError:
@@ -187,13 +178,9 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _handle_http)
     for cls in (
         APIError,
-        UnknownModelError,
-        InvalidRequestError,
+        Rejected,
         AudioDecodeError,
-        DownloadsDisabledError,
         ModelLoadError,
-        QueueFullError,
-        PoolClosedError,
         TranscriptionCancelled,
     ):
         app.add_exception_handler(cls, _handle_api_error)

@@ -1,15 +1,27 @@
 """The multipart form both audio routes read: OpenAI's fields and this server's extras, declared
-once as one dependency (`audio_form`) and handed to the handler as one `AudioForm`."""
+once as one dependency (`audio_form`) and handed to the handler as one `AudioForm`, which builds
+the job's transcriber options (`AudioForm.options`): the one place a request becomes options.
+
+Ranges are checked by the form fields (a 400 naming the field); the model's own rules (its
+languages, translation on an English-only model, VAD installed) by `options`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 from fastapi import File, Form, UploadFile
 
 from app.api.errors import APIError
 from app.api.schemas import Include, ResponseFormat, TimestampGranularity
+from app.service.errors import Rejected
+from app.service.options import Task, TranscriptionOptions, model_language, model_task
+from app.service.registry import LoadedModel
+
+# Beam search can only release a token once every beam agrees on it (often at the end of the
+# window); greedy decoding releases text as soon as each segment closes.
+STREAM_DEFAULT_BEAM_SIZE = 1  # stream=true without beam_size decodes greedily, for latency
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,42 @@ class AudioForm:
     def word_timestamps(self) -> bool:
         """Words are aligned for `word` granularity and for token log-probs."""
         return "word" in self.timestamp_granularities or "logprobs" in self.include
+
+    def options(
+        self, model: LoadedModel, *, task: Task, language: str | None
+    ) -> TranscriptionOptions:
+        """The transcriber options of this request on `model`: the server's defaults with what
+        the client set; raises `Rejected` for what the model cannot do."""
+        changes: dict[str, object] = {
+            "language": model_language(model.name, model.multilingual, language),
+            "task": model_task(model.multilingual, task),
+        }
+        if self.prompt:
+            changes["initial_prompt"] = self.prompt
+        if self.temperature:  # None or 0: the fallback schedule
+            changes["temperature"] = (self.temperature,)
+        beam_size = self.beam_size
+        if beam_size is None and self.stream:
+            beam_size = STREAM_DEFAULT_BEAM_SIZE
+        if beam_size is not None:
+            changes["beam_size"] = beam_size
+        if self.vad_filter and not model.vad_available:
+            raise Rejected(
+                "vad_unavailable",
+                "vad_filter is unavailable: the VAD model is not installed on this server "
+                "(`python -m app.export vad`)",
+                param="vad_filter",
+            )
+        optional = {
+            "vad_filter": self.vad_filter,
+            "no_speech_threshold": self.no_speech_threshold,
+            "repetition_guard": self.repetition_guard,
+            "hotwords": self.hotwords.strip() if self.hotwords else None,
+        }
+        changes.update({k: v for k, v in optional.items() if v is not None and v != ""})
+        if self.word_timestamps:
+            changes["word_timestamps"] = True
+        return replace(model.base_options, **changes)
 
     def check(self) -> None:
         """OpenAI's rules between fields (a 400 naming the field)."""

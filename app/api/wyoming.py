@@ -44,9 +44,10 @@ from wyoming.server import AsyncTcpServer
 
 from app.api.discovery import WyomingAnnouncement
 from app.api.live.connection import LiveDeps
+from app.api.live.stream_options import wyoming_options
 from app.api.services import Readiness, Services
 from app.api.wyoming_framing import BoundedReader, WyomingError, close_gently
-from app.service.jobs import model_language, model_languages
+from app.service.errors import Rejected
 from app.service.live import (
     AudioDecodeError,
     CommittedText,
@@ -54,23 +55,17 @@ from app.service.live import (
     LimitExceeded,
     LiveRunner,
     StreamEvent,
-    VadOptions,
 )
 from app.service.live.pacing import RealTimeFeed
 from app.service.live.utterance import Utterance, UtteranceFormat
 from app.service.model_leases import SessionModels
+from app.service.options import model_language, model_languages
 from app.service.pool import PoolClosedError, QueueFullError
-from app.service.registry import (
-    InvalidRequestError,
-    LoadedModel,
-    TranscriptionJob,
-    UnknownModelError,
-)
+from app.service.registry import LoadedModel
 
 log = logging.getLogger(__name__)
 
 FINAL_PASS_MAX_S = 120.0  # utterances up to this long get the whole-utterance transcript
-BEAM_SIZE = 1  # voice commands: greedy, as Home Assistant's own Whisper add-on defaults to
 ATTRIBUTION = Attribution(name="OpenAI", url="https://github.com/openai/whisper")
 PROGRAM = Attribution(name="stt-openvino", url="https://github.com/openai/whisper")
 
@@ -243,29 +238,30 @@ class SttHandler:
             )
         try:
             return self.deps.registry.get(name or None)
-        except UnknownModelError as e:
-            raise WyomingError(str(e), "model_not_found") from e
+        except Rejected as e:
+            raise WyomingError(e.message, e.code) from e
 
     def _language(self, model: LoadedModel, language: str | None) -> str | None:
         try:
             return model_language(model.name, model.multilingual, language)
-        except InvalidRequestError as e:
-            raise WyomingError(str(e), "unsupported_language") from e
+        except Rejected as e:
+            raise WyomingError(e.message, e.code) from e
 
     async def _start(self, start: AudioStart) -> None:
         await self._end_utterance()
         if self.deps.drain.is_set() or self.readiness.draining:
             raise WyomingError("the server is shutting down", "shutting_down", close=True)
         model = self._model(self.model_name)
-        language = self._language(model, self.language)
+        try:
+            options, job = wyoming_options(model, self.language, self.deps.defaults)
+        except Rejected as e:
+            raise WyomingError(e.message, e.code) from e
+        language = options.language
         try:
             pcm = FramedPcm(start.rate, start.width, start.channels)
         except ValueError as e:
             raise WyomingError(f"unsupported audio: {e}", "unsupported_audio") from e
-        vad = VadOptions() if self.deps.vad is not None and self.deps.settings.vad_filter else None
-        options = self.deps.stream_options(language=language, vad=vad)
         self.pcm = pcm
-        job = TranscriptionJob(audio=b"", language=language, beam_size=BEAM_SIZE)
         fmt = UtteranceFormat(start.rate, start.width, start.channels)
         utterance = Utterance(model, self.deps.pool, self.deps.vad, fmt, job, FINAL_PASS_MAX_S)
         runner = LiveRunner(model.transcriber, options, self.deps.vad, pcm,
@@ -315,7 +311,7 @@ class SttHandler:
         runner, utterance, feed = self.runner, self.utterance, self.feed
         if runner is None or utterance is None or feed is None:
             raise WyomingError("audio-stop before audio-start", "no_audio_start")
-        language = utterance.job.language
+        language = utterance.job.options.language
         try:
             if utterance.recorded is None:  # too long to hold: the live text
                 feed.flush()

@@ -1,6 +1,5 @@
-"""What a request asks of a model and what it gets back: the job, the result, the errors a
-request can cause, and the rule for the language a job runs in (shared by REST and every live
-protocol)."""
+"""What a request asks of a model and what it gets back: the job (audio, options, limits), the
+result, and the refusals that name a model."""
 
 from __future__ import annotations
 
@@ -8,41 +7,38 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.engine.languages import LANGUAGES
+from app.service.errors import Rejected
+from app.service.options import TranscriptionOptions
 from app.service.transcriber import Segment, TranscriptionInfo
 
 Task = Literal["transcribe", "translate"]
-_LANGUAGE_BY_NAME = {name: code for code, name in LANGUAGES.items()}
 
 
-class UnknownModelError(LookupError):
+class UnknownModelError(Rejected):
     """A request named a model that is not loaded (`detail` replaces the standard message)."""
 
     def __init__(self, name: str, loaded: Sequence[str], detail: str | None = None) -> None:
         super().__init__(
+            "model_not_found",
             detail
             or f"The model '{name}' does not exist or is not loaded on this server; "
-            f"loaded models: {', '.join(loaded)}"
+            f"loaded models: {', '.join(loaded)}",
+            param="model",
+            kind="not_found",
         )
         self.name = name
 
 
 class ModelUnavailableError(UnknownModelError):
     """A request named a model that cannot serve now for a passing reason: it is loading, being
-    unloaded, or every slot is taken; `code` says which, `retry_after_s` when to try again."""
+    unloaded (a conflict), or every slot is taken; `code` says which, `retry_after_s` when to try
+    again."""
 
     def __init__(self, name: str, message: str, code: str, retry_after_s: int = 5) -> None:
         super().__init__(name, (), message)
         self.code = code
+        self.kind = "conflict" if code == "model_unloading" else "unavailable"
         self.retry_after_s = retry_after_s
-
-
-class InvalidRequestError(ValueError):
-    """A request parameter has a value the service cannot use; `param` names it."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -60,20 +56,13 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class TranscriptionJob:
-    """One request's work: the raw upload and what the client asked for."""
+    """One request's work: the audio, the options it is transcribed with (built at the edge that
+    took the request) and its limit. `task` is what the client asked for (reported back): an
+    English-only model's options transcribe where the client asked to translate."""
 
-    audio: bytes  # the uploaded file, any supported container
+    audio: bytes  # the uploaded file, any supported container (b"" for decoded samples)
+    options: TranscriptionOptions
     task: Task = "transcribe"
-    language: str | None = None  # ISO-639-1 code or English name; None = detect
-    prompt: str | None = None
-    temperature: float | None = None  # None or 0 = fallback schedule; > 0 = that temperature only
-    beam_size: int | None = None  # None = the transcriber's default
-    # hallucination defences; None = the server's default (its base options)
-    vad_filter: bool | None = None
-    no_speech_threshold: float | None = None
-    repetition_guard: bool | None = None
-    word_timestamps: bool = False  # words (and token log-probs) on each segment
-    hotwords: str | None = None  # terms that bias every window's prompt
     max_audio_s: float | None = None  # longer uploads raise AudioTooLongError
 
 
@@ -95,38 +84,3 @@ class TranscriptionResult:
     def rtf(self) -> float:
         """Real-time factor of the transcription stage (processing time / audio time)."""
         return self.timings.get("transcribe", 0.0) / self.duration_s if self.duration_s else 0.0
-
-
-def language_code(language: str | None) -> str | None:
-    """Normalise "en" / "EN" / "english" to "en"; None stays None; unknown raises."""
-    if language is None or not language.strip():
-        return None
-    key = language.strip().lower()
-    if key in LANGUAGES:
-        return key
-    if key in _LANGUAGE_BY_NAME:
-        return _LANGUAGE_BY_NAME[key]
-    raise InvalidRequestError(
-        f"Unsupported language '{language}': use an ISO-639-1 code such as 'en' or 'de'",
-        param="language",
-    )
-
-
-def model_languages(multilingual: bool) -> list[str]:
-    """The language codes a model takes: every Whisper language, or English only."""
-    return list(LANGUAGES) if multilingual else ["en"]
-
-
-def model_language(name: str, multilingual: bool, language: str | None) -> str | None:
-    """The language a job or stream on model `name` runs in: `language` normalised (None =
-    detect); always "en" on an English-only model, which takes no other (InvalidRequestError).
-    """
-    code = language_code(language)
-    if multilingual:
-        return code
-    if code not in (None, "en"):
-        raise InvalidRequestError(
-            f"The model '{name}' is English-only; it cannot transcribe language '{code}'",
-            param="language",
-        )
-    return "en"

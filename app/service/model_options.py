@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.service.errors import Rejected
 from app.service.jobs import ModelInfo
 from app.service.model_policy import ModelState
 from app.service.registry import LoadedModel
@@ -16,8 +17,11 @@ Obtain = Callable[[str, bool, Callable[[float], None]], Path]
 Listener = Callable[[str, LoadedModel | None], None]  # (name, model) loaded, (name, None) unloaded
 
 
-class DownloadsDisabledError(RuntimeError):
+class DownloadsDisabledError(Rejected):
     """Loading the model needs new weights and fetching them is off (STT_MODEL_DOWNLOADS)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("model_downloads_disabled", message, param="model", kind="forbidden")
 
 
 @dataclass(frozen=True)

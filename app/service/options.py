@@ -1,15 +1,25 @@
-"""The options of one transcription (`Transcriber.transcribe`), validated once."""
+"""The options of one transcription (`Transcriber.transcribe`), validated once, and the rules
+every protocol follows for the language and task a model runs.
+
+The language rule is the engine's normaliser (`to_language_code`: codes, English names and
+Whisper's aliases such as "mandarin") plus the model's own limit (an English-only model takes
+English only); REST and the live protocols all call `model_language`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from app.engine.decoding_types import DecodingOptions
 from app.engine.kv_cache import CACHE_MODES
+from app.engine.languages import LANGUAGES, to_language_code
 from app.engine.vad import VadOptions
+from app.service.errors import Rejected
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+Task = Literal["transcribe", "translate"]
 
 
 @dataclass(frozen=True)
@@ -112,3 +122,43 @@ class TranscriptionOptions:
             seed=self.seed,
             repetition_guard=self.repetition_guard,
         )
+
+
+def model_language(
+    model: str, multilingual: bool, language: object, param: str = "language"
+) -> str | None:
+    """The language a job or stream on `model` runs in: `language` normalised by the engine
+    (None or "" = detect); always "en" on an English-only model, which takes no other. Anything
+    else is `Rejected` ("unsupported_language", naming `param`)."""
+    code: str | None = None
+    if isinstance(language, str) and language.strip():
+        try:
+            code = to_language_code(language)
+        except ValueError:
+            raise Rejected(
+                "unsupported_language",
+                f"Unsupported language '{language}': use an ISO-639-1 code such as 'en' or 'de'",
+                param=param,
+            ) from None
+    elif language is not None and not isinstance(language, str):
+        raise Rejected("unsupported_language", f"unsupported language {language!r}", param=param)
+    if multilingual:
+        return code
+    if code not in (None, "en"):
+        raise Rejected(
+            "unsupported_language",
+            f"The model '{model}' is English-only; it cannot transcribe language '{code}'",
+            param=param,
+        )
+    return "en"
+
+
+def model_task(multilingual: bool, task: Task) -> Task:
+    """The task a model runs: an English-only model's output is English already, so its
+    translation is a transcription."""
+    return task if multilingual else "transcribe"
+
+
+def model_languages(multilingual: bool) -> list[str]:
+    """The language codes a model takes: every Whisper language, or English only."""
+    return list(LANGUAGES) if multilingual else ["en"]

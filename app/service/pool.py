@@ -19,21 +19,25 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from app.service.errors import Rejected
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class QueueFullError(RuntimeError):
+class QueueFullError(Rejected):
     """All workers are busy and the wait queue is full."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+        super().__init__("queue_full", message, kind="busy", retry_after_s=retry_after_s)
 
 
-class PoolClosedError(RuntimeError):
+class PoolClosedError(Rejected):
     """The pool is shutting down and accepts no more jobs."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("shutting_down", message, kind="unavailable")
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""A loaded model: its sessions, tokenizer and transcriber, and how a request becomes a job.
+"""A loaded model: its sessions, tokenizer and transcriber, and the job it runs.
 
-`LoadedModel.options_for` turns a request into validated transcriber options;
 `LoadedModel.transcribe` is the blocking job the worker pool runs for one request: decode the
-upload, check its length, transcribe, collect the segments and the timings. Loading, unloading
-and leases are `app.service.model_manager`'s.
+upload, check its length, transcribe with the options the job carries (built at the edge that
+took the request), collect the segments and the timings. Loading, unloading and leases are
+`app.service.model_manager`'s.
 """
 
 from __future__ import annotations
@@ -23,14 +23,7 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad
 from app.runtime.contract import SAMPLE_RATE
 from app.service.batching import BatchingSessions
-from app.service.jobs import (
-    InvalidRequestError,
-    ModelInfo,
-    TranscriptionJob,
-    TranscriptionResult,
-    UnknownModelError,
-    model_language,
-)
+from app.service.jobs import ModelInfo, TranscriptionJob, TranscriptionResult
 from app.service.transcriber import (
     Segment,
     Transcriber,
@@ -38,17 +31,8 @@ from app.service.transcriber import (
     TranscriptionOptions,
 )
 
-__all__ = [
-    "AudioDecodeError",
-    "AudioTooLongError",
-    "InvalidRequestError",
-    "LoadedModel",
-    "ModelInfo",
-    "TranscriptionCancelled",
-    "TranscriptionJob",
-    "TranscriptionResult",
-    "UnknownModelError",
-]
+# what `LoadedModel.transcribe` raises besides the model's own failures
+__all__ = ["AudioDecodeError", "AudioTooLongError", "LoadedModel", "TranscriptionCancelled"]
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +56,11 @@ class LoadedModel:
         self.sessions: WhisperBackend = sessions
         self.tokenizer = tokenizer
         self.transcriber = Transcriber(sessions, tokenizer, vad=vad)
-        self.base_options = base_options
+        self.vad_available = vad is not None
+        # the server's defaults for a request; without a VAD model the vad_filter default is off
+        self.base_options = (
+            base_options if vad is not None else replace(base_options, vad_filter=False)
+        )
         self.multilingual = bool(sessions.manifest.multilingual)
         self._load_s = load_s
         self._warmup_s = 0.0
@@ -102,56 +90,6 @@ class LoadedModel:
             memory_bytes=self.memory_bytes,
         )
 
-    def options_for(self, job: TranscriptionJob) -> TranscriptionOptions:
-        """The transcriber options for a job (validated; raises `InvalidRequestError`)."""
-        language = model_language(self.name, self.multilingual, job.language)
-        # An English-only model's output is English already: translation = transcription.
-        task = job.task if self.multilingual else "transcribe"
-        changes: dict[str, object] = {"language": language, "task": task}
-        if job.prompt:
-            changes["initial_prompt"] = job.prompt
-        if job.temperature is not None:
-            if not 0.0 <= job.temperature <= 1.0:
-                raise InvalidRequestError(
-                    f"temperature must be between 0 and 1, got {job.temperature}",
-                    param="temperature",
-                )
-            if job.temperature > 0.0:
-                changes["temperature"] = (job.temperature,)
-        if job.beam_size is not None:
-            if not 1 <= job.beam_size <= 16:
-                raise InvalidRequestError(
-                    f"beam_size must be between 1 and 16, got {job.beam_size}", param="beam_size"
-                )
-            changes["beam_size"] = job.beam_size
-        if job.vad_filter and self.transcriber.vad is None:
-            raise InvalidRequestError(
-                "vad_filter is unavailable: the VAD model is not installed on this server "
-                "(`python -m app.export vad`)",
-                param="vad_filter",
-            )
-        if job.vad_filter is not None:
-            changes["vad_filter"] = job.vad_filter
-        elif self.transcriber.vad is None:
-            changes["vad_filter"] = False  # on by default, but this server has no VAD model
-        if job.no_speech_threshold is not None:
-            if not 0.0 <= job.no_speech_threshold <= 1.0:
-                raise InvalidRequestError(
-                    f"no_speech_threshold must be between 0 and 1, got {job.no_speech_threshold}",
-                    param="no_speech_threshold",
-                )
-            changes["no_speech_threshold"] = job.no_speech_threshold
-        if job.repetition_guard is not None:
-            changes["repetition_guard"] = job.repetition_guard
-        if job.word_timestamps:
-            changes["word_timestamps"] = True
-        if job.hotwords and job.hotwords.strip():
-            changes["hotwords"] = job.hotwords.strip()
-        try:
-            return replace(self.base_options, **changes)
-        except ValueError as e:  # the options dataclass validates itself
-            raise InvalidRequestError(str(e)) from e
-
     def transcribe(
         self,
         job: TranscriptionJob,
@@ -165,30 +103,27 @@ class LoadedModel:
         `on_audio(duration_s)` is called once the upload decoded fine, before transcription
         starts; `on_delta(text)` for every decoded token; `on_segment(segment)` for every
         segment as it is finished (with its words when they are timed). Raises
-        `InvalidRequestError`, `AudioDecodeError` (incl. `AudioTooLongError`) or
-        `TranscriptionCancelled` when `cancel` is set.
+        `AudioDecodeError` (incl. `AudioTooLongError`) or `TranscriptionCancelled` when `cancel`
+        is set.
         """
-        options = self.options_for(job)
         if cancel is not None and cancel.is_set():
             raise TranscriptionCancelled("cancelled before start")
         t0 = time.perf_counter()
         audio = decode_audio(job.audio, SAMPLE_RATE, max_duration_s=job.max_audio_s)  # f32 [N]
         if on_audio is not None:
             on_audio(audio.shape[0] / SAMPLE_RATE)
-        return self._transcribe_audio(audio, options, job, t0, on_delta, cancel, on_segment)
+        return self._transcribe_audio(audio, job, t0, on_delta, cancel, on_segment)
 
     def transcribe_samples(
         self, audio: np.ndarray, job: TranscriptionJob, cancel: threading.Event | None = None
     ) -> TranscriptionResult:
         """`transcribe` for audio already decoded (f32 16 kHz mono, as a live protocol holds
         it); `job.audio` is not read."""
-        options = self.options_for(job)
-        return self._transcribe_audio(audio, options, job, time.perf_counter(), None, cancel, None)
+        return self._transcribe_audio(audio, job, time.perf_counter(), None, cancel, None)
 
     def _transcribe_audio(
         self,
         audio: np.ndarray,
-        options: TranscriptionOptions,
         job: TranscriptionJob,
         t0: float,
         on_delta: Callable[[str], None] | None,
@@ -196,6 +131,7 @@ class LoadedModel:
         on_segment: Callable[[Segment], None] | None,
     ) -> TranscriptionResult:
         """The transcription of f32 16 kHz samples decoded since `t0`."""
+        options = job.options
         t1 = time.perf_counter()
         segments, info = self.transcriber.transcribe(
             audio, options, on_delta=on_delta, cancel=cancel

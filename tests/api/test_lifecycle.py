@@ -21,7 +21,7 @@ from app.config import Settings
 from app.main import create_app
 from app.service.model_leases import Lease
 from app.service.model_manager import ModelManager
-from app.service.registry import LoadedModel, TranscriptionJob
+from app.service.registry import LoadedModel
 from tests.api.conftest import JFK_WAV, assert_openai_error, free_port
 from tests.conftest import MODELS_DIR, model_dir
 
@@ -124,8 +124,8 @@ class _ExplodingModel:
         self._model = model
         self.name = model.name
 
-    def options_for(self, job: TranscriptionJob) -> object:
-        return self._model.options_for(job)
+    def __getattr__(self, name: str) -> object:  # what the form reads to build the options
+        return getattr(self._model, name)
 
     def transcribe(self, job, on_delta=None, cancel=None, on_audio=None, on_segment=None):  # type: ignore[no-untyped-def]
         count = 0

@@ -23,10 +23,12 @@ from app.api.live.audio_stream import (
     parse_client_message,
 )
 from app.api.live.audio_stream_config import StreamConfig, apply_update
-from app.api.live.connection import CLOSE_TOO_BIG, LiveDeps, LiveError
+from app.api.live.connection import CLOSE_TOO_BIG, LiveError
+from app.api.live.stream_options import audio_stream_options, live_defaults
 from app.config import Settings
+from app.service.errors import Rejected
+from app.service.jobs import UnknownModelError
 from app.service.live import ENCODINGS, StreamingOptions
-from app.service.registry import UnknownModelError
 from app.service.transcriber import TranscriptionOptions
 
 MAX_BYTES = 8192
@@ -210,14 +212,14 @@ def test_session_updates(patches: list[Any]) -> None:
     for patch in patches:
         try:
             updated = apply_update(config, patch, registry)  # type: ignore[arg-type]
-        except LiveError as e:
-            assert e.close is None and str(e)
+        except Rejected as e:  # reported; the session goes on
+            assert e.kind in ("invalid_request", "not_found") and e.message
             continue
         assert isinstance(updated.sample_rate, int) and 8000 <= updated.sample_rate <= 192000
         assert updated.encoding in ENCODINGS
         assert updated.task == "transcribe" and updated.language == "en"  # English-only
         assert updated.prompt is None or isinstance(updated.prompt, str)
-        deps = LiveDeps(settings, registry, None, None, None)  # type: ignore[arg-type]
-        options = deps.stream_options(**updated.session_fields())
-        assert isinstance(options, StreamingOptions)
+        defaults = live_defaults(settings, registry.base_options, vad_installed=True)
+        options = audio_stream_options(updated, defaults)
+        assert isinstance(options, StreamingOptions) and options.language == "en"
         config = updated

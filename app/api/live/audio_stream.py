@@ -39,7 +39,9 @@ from app.api.live.connection import (
     load_json_event,
     serve,
 )
+from app.api.live.stream_options import audio_stream_options
 from app.api.schemas import ErrorEvent, ErrorObject, TextDeltaEvent, TextDoneEvent
+from app.service.errors import Rejected
 from app.service.live import (
     AudioDecodeError,
     CommittedText,
@@ -155,7 +157,7 @@ def parse_client_message(message: dict[str, Any], max_bytes: int) -> ClientMessa
 class AudioStreamConnection(LiveConnection):
     def __init__(self, websocket: WebSocket, deps: LiveDeps) -> None:
         super().__init__(websocket, deps)
-        self.config = StreamConfig.default(deps.registry, deps.settings)
+        self.config = StreamConfig.default(deps.registry.get(None), deps.defaults)
 
     def session_json(self) -> dict[str, Any]:
         return self.config.as_json(self.settings.stream_step_s)
@@ -187,7 +189,10 @@ class AudioStreamConnection(LiveConnection):
                 if self.runner is not None:
                     raise LiveError("session.update must come before the first audio",
                                     "session_started", param="session")  # fmt: skip
-                self.config = apply_update(self.config, patch, self.deps.registry)
+                try:
+                    self.config = apply_update(self.config, patch, self.deps.registry)
+                except Rejected as e:
+                    raise LiveError(e.message, e.code, param=e.param) from e
                 self.outbox.put(SessionEvent(type="session.updated", session=self.session_json()))
             case BufferCommit():
                 if self.runner is not None:
@@ -200,7 +205,7 @@ class AudioStreamConnection(LiveConnection):
         if self.runner is None:
             config = self.config
             pcm = PcmInput(config.encoding, config.sample_rate)
-            options = self.deps.stream_options(**config.session_fields())
+            options = audio_stream_options(config, self.deps.defaults)
             self.start_runner(config.model, options, pcm)
         assert self.runner is not None
         try:

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from starlette.websockets import WebSocketState
 
 from app.api.auth import WS_KEY_SUBPROTOCOL_PREFIX, key_matches, websocket_key
+from app.api.live.stream_options import live_defaults
 from app.api.services import Services
 from app.config import Settings
 from app.service.live import (
@@ -42,7 +43,7 @@ from app.service.live import (
     SileroVad,
     StreamEvent,
 )
-from app.service.live.options import StreamingOptions
+from app.service.live.options import LiveDefaults, StreamingOptions
 from app.service.model_leases import SessionModels
 from app.service.pool import PoolClosedError, WorkerPool
 from app.service.registry import LoadedModel
@@ -117,19 +118,10 @@ class LiveDeps:
     vad: SileroVad | None
     drain: asyncio.Event  # set at shutdown: sessions end as if the client had closed them
 
-    def stream_options(self, **session: Any) -> StreamingOptions:
-        """A session's options: the server's live settings and decoding defaults, then the
-        session's own fields (language, vad, prompt, ...)."""
-        s, base = self.settings, self.registry.base_options
-        return StreamingOptions(
-            step_s=s.stream_step_s,
-            policy=s.stream_policy,
-            edge_s=s.stream_edge_s,
-            pause_s=s.stream_pause_s or None,
-            no_speech_threshold=base.no_speech_threshold,
-            kv_cache=base.kv_cache,
-            **session,
-        )
+    @property
+    def defaults(self) -> LiveDefaults:
+        """The server's live settings every session starts from (`stream_options`)."""
+        return live_defaults(self.settings, self.registry.base_options, self.vad is not None)
 
     @property
     def limits(self) -> LiveLimits:

@@ -78,7 +78,8 @@ from app.api.live.realtime_events import (
     new_item_id,
     parse_client_event,
 )
-from app.service.jobs import model_language
+from app.api.live.stream_options import realtime_default, realtime_options
+from app.service.errors import Rejected
 from app.service.live import (
     AudioDecodeError,
     BufferCleared,
@@ -88,15 +89,10 @@ from app.service.live import (
     PcmInput,
     StreamEvent,
     StreamingOptions,
-    VadOptions,
 )
 from app.service.live import SpeechStarted as SpeechBegan
 from app.service.live import SpeechStopped as SpeechEnded
-from app.service.registry import (
-    InvalidRequestError,
-    LoadedModel,
-    UnknownModelError,
-)
+from app.service.registry import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +119,8 @@ class RealtimeConnection(LiveConnection):
     def __init__(self, websocket: WebSocket, deps: LiveDeps) -> None:
         super().__init__(websocket, deps)
         self.session_id = "sess_" + new_item_id().removeprefix("item_")
-        vad_available = deps.vad is not None
-        self.config = RealtimeConfig() if vad_available else RealtimeConfig(turn_detection=None)
-        self.model, self.language = self._resolve(self.config)
+        self.config = realtime_default(deps.defaults)
+        self.model, self.options = self._resolve(self.config)
         self.beta = False  # reply in the beta shape (the client sent transcription_session.update)
         self.open: _Item | None = None  # the item audio is going into
         self.ended: deque[_Item] = deque()  # committed, waiting for their final text
@@ -157,7 +152,7 @@ class RealtimeConnection(LiveConnection):
             self.outbox.put(problem.event())
         if any(p.code == "invalid_value" for p in problems):
             return  # rejected whole
-        model, language = self._resolve(config, event_id)
+        model, options = self._resolve(config, event_id)
         if config != self.config and self.runner is not None:
             if self.open is not None or self.ended or self.audio_since_commit:
                 raise LiveError(
@@ -166,39 +161,23 @@ class RealtimeConnection(LiveConnection):
                 )  # fmt: skip
             self._retire_runner()
         self.config, self.beta = config, beta
-        self.model, self.language = model, language
+        self.model, self.options = model, options
         answer = TranscriptionSessionUpdated if beta else SessionUpdated
         self.outbox.put(answer(session=self.session_object()))
 
     def _resolve(
         self, config: RealtimeConfig, event_id: str | None = None
-    ) -> tuple[LoadedModel, str | None]:
-        """The loaded model and the language (normalised; None = detect) `config` names."""
-        param = "session.audio.input.transcription."
+    ) -> tuple[LoadedModel, StreamingOptions]:
+        """The loaded model `config` names and the session's options on it."""
         try:
             model = self.deps.registry.get(config.model)
-        except UnknownModelError as e:
-            raise LiveError(str(e), "model_not_found", param=param + "model",
+        except Rejected as e:
+            raise LiveError(e.message, e.code, param="session.audio.input.transcription.model",
                             event_id=event_id) from e  # fmt: skip
         try:
-            return model, model_language(model.name, model.multilingual, config.language)
-        except InvalidRequestError as e:
-            raise LiveError(str(e), "unsupported_language", param=param + "language",
-                            event_id=event_id) from e  # fmt: skip
-
-    def _options(self) -> StreamingOptions:
-        turns = self.config.turn_detection
-        vad: VadOptions | None = None
-        preroll_s = StreamingOptions().preroll_s
-        if turns is not None and self.deps.vad is not None:
-            vad = VadOptions(threshold=turns.threshold, neg_threshold=None,
-                             min_silence_s=turns.silence_duration_ms / 1000)  # fmt: skip
-            preroll_s = turns.prefix_padding_ms / 1000
-        elif self.deps.vad is not None and self.settings.vad_filter:
-            vad = VadOptions()  # no turns, but silence is still never decoded
-        return self.deps.stream_options(
-            language=self.language, vad=vad, preroll_s=preroll_s, prompt=self.config.prompt
-        )
+            return model, realtime_options(config, model, self.deps.defaults)
+        except Rejected as e:
+            raise LiveError(e.message, e.code, param=e.param, event_id=event_id) from e
 
     def _retire_runner(self) -> None:
         """Drop an idle runner; the next audio starts one with the new settings."""
@@ -243,7 +222,7 @@ class RealtimeConnection(LiveConnection):
                             event_id=event_id) from e  # fmt: skip
         if self.runner is None:
             pcm = PcmInput(self.config.encoding, self.config.rate)
-            self.start_runner(self.model, self._options(), pcm)
+            self.start_runner(self.model, self.options, pcm)
         assert self.runner is not None
         try:
             self.runner.append(data)

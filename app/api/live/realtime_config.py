@@ -8,7 +8,8 @@ other than "transcription") rejects the whole update: the old config comes back 
 logprobs, ...) gives an `unsupported_field` error, an unknown key `unknown_parameter`, and the rest
 is applied. Params are dotted paths ("session.audio.input.turn_detection.threshold").
 `session_ga` / `session_beta` give the session object the server reports. Model names and
-languages are only type-checked here: whether the server has them is the caller's business.
+languages are only type-checked here: whether the server has them is decided where the session's
+options are built (`stream_options.realtime_options`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 from app.api.live.realtime_events import ProtocolError, json_type
+from app.service.live.options import rate_problem
 
 AudioFormat = Literal["audio/pcm", "audio/pcmu", "audio/pcma"]
 Encoding = Literal["pcm_s16le", "g711_ulaw", "g711_alaw"]  # as app.engine.audio names them
@@ -33,7 +35,6 @@ BETA_FORMATS: dict[str, AudioFormat] = {
 }
 OPENAI_RATE = 24000  # the only PCM rate OpenAI accepts
 G711_RATE = 8000
-MIN_RATE, MAX_RATE = 8000, 192000  # PCM rates we accept (an extension)
 LOGPROBS = "item.input_audio_transcription.logprobs"
 TOLERATED = frozenset({"object", "id", "expires_at", "client_secret"})  # echoes of what we send
 
@@ -92,7 +93,7 @@ class RealtimeConfig:
     language: str | None = None  # None: detected
     prompt: str | None = None
     format: AudioFormat = "audio/pcm"
-    rate: int = OPENAI_RATE  # forced to 8000 for G.711
+    rate: int = OPENAI_RATE  # forced to 8000 for G.711; PCM: any rate `rate_problem` allows
     turn_detection: TurnDetection | None = TurnDetection()  # None: the client commits turns
     noise_reduction: None = None
     logprobs: bool = False
@@ -102,21 +103,13 @@ class RealtimeConfig:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
         if self.format != "audio/pcm":
             object.__setattr__(self, "rate", G711_RATE)
-        elif _rate_problem(self.rate):
-            raise ValueError(f"rate {_rate_problem(self.rate)}")
+        elif (problem := rate_problem(self.rate)) is not None:
+            raise ValueError(f"rate {problem}")
 
     @property
     def encoding(self) -> Encoding:
         """The `app.engine.audio.pcm_to_float` encoding of the session's audio."""
         return ENCODINGS[self.format]
-
-
-def _rate_problem(rate: Any) -> str | None:
-    if isinstance(rate, bool) or not isinstance(rate, int):
-        return f"must be an integer number of Hz, not {json_type(rate)}"
-    if not MIN_RATE <= rate <= MAX_RATE:
-        return f"must be between {MIN_RATE} and {MAX_RATE} Hz (OpenAI uses 24000), not {rate}"
-    return None
 
 
 class _Update:
@@ -234,8 +227,8 @@ def _ga_format(up: _Update, value: Any, param: str) -> None:
         up.invalid_value(f"{param}.type", f"must be one of {', '.join(FORMATS)}, not {kind!r}")
         return
     rate = fmt.get("rate", OPENAI_RATE if kind == "audio/pcm" else G711_RATE)
-    if kind == "audio/pcm" and _rate_problem(rate):
-        up.invalid_value(f"{param}.rate", str(_rate_problem(rate)))
+    if kind == "audio/pcm" and (problem := rate_problem(rate)) is not None:
+        up.invalid_value(f"{param}.rate", f"{problem} (OpenAI uses {OPENAI_RATE})")
     elif kind != "audio/pcm" and rate != G711_RATE:
         up.invalid_value(f"{param}.rate", f"must be 8000 for {kind} (G.711), not {rate!r}")
     for key in fmt:

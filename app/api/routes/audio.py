@@ -39,10 +39,11 @@ from app.api.schemas import (
 )
 from app.config import Settings
 from app.service import formats
+from app.service.jobs import TranscriptionJob, TranscriptionResult
 from app.service.model_leases import Lease
 from app.service.model_manager import ModelManager
 from app.service.pool import WorkerPool
-from app.service.registry import LoadedModel, TranscriptionJob, TranscriptionResult
+from app.service.registry import LoadedModel
 from app.service.results import Segment
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,6 @@ router = APIRouter(prefix="/v1/audio", tags=["audio"], dependencies=[Depends(req
 
 Task = Literal["transcribe", "translate"]
 T = TypeVar("T")
-STREAM_DEFAULT_BEAM_SIZE = 1  # stream=true without beam_size decodes greedily, for latency
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 _RESPONSES: dict[int | str, dict[str, object]] = {
@@ -68,7 +68,7 @@ _RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
-class _Disconnected(Exception):
+class Disconnected(Exception):
     """The client went away before its answer was ready."""
 
 
@@ -140,27 +140,9 @@ async def _transcribe(
     language: str | None,
 ) -> Response:
     loaded = lease.model
-    data = await _read_upload(form.file, settings.max_upload_bytes)
-    beam_size = form.beam_size
-    if form.stream and beam_size is None:
-        # Beam search can only release a token once every beam agrees on it (often at the end of
-        # the window); greedy decoding releases text as soon as each segment closes.
-        beam_size = STREAM_DEFAULT_BEAM_SIZE
-    job = TranscriptionJob(
-        audio=data,
-        task=task,
-        language=language or None,
-        prompt=form.prompt or None,
-        temperature=form.temperature,
-        beam_size=beam_size,
-        vad_filter=form.vad_filter,
-        no_speech_threshold=form.no_speech_threshold,
-        repetition_guard=form.repetition_guard,
-        word_timestamps=form.word_timestamps,
-        hotwords=form.hotwords,
-        max_audio_s=settings.max_audio_s,
-    )
-    loaded.options_for(job)  # validate parameters now: a 400 rather than a failed job
+    data = await read_upload(form.file, settings.max_upload_bytes)
+    options = form.options(loaded, task=task, language=language)  # Rejected: a 400 now
+    job = TranscriptionJob(data, options, task, max_audio_s=settings.max_audio_s)
     if form.stream:
         return await _stream(request, lease, job, pool, metrics, clock)
 
@@ -175,19 +157,19 @@ async def _transcribe(
     future = pool.submit(work)  # QueueFullError -> 429
     lease.release_after(future)
     try:
-        result = await _until_disconnect(request, _job_result(future, cancel))
-    except _Disconnected:
+        result = await until_disconnect(request, job_result(future, cancel))
+    except Disconnected:
         log.info("client disconnected; %s job on %s cancelled", task, loaded.name)
         metrics.observe_failure(loaded.name, task, "cancelled")
         return Response(status_code=499)
     except Exception as e:
-        metrics.observe_failure(loaded.name, task, _outcome(e))
+        metrics.observe_failure(loaded.name, task, outcome(e))
         raise
     metrics.observe_result(loaded.name, result, started[0] if started else 0.0, clock())
     return _format(result, form, loaded)
 
 
-async def _job_result(future: Future[T], cancel: threading.Event) -> T:
+async def job_result(future: Future[T], cancel: threading.Event) -> T:
     """The job's result; cancelling the wait drops a waiting job or stops a running one."""
     try:
         return await asyncio.wrap_future(future)
@@ -197,12 +179,12 @@ async def _job_result(future: Future[T], cancel: threading.Event) -> T:
         raise
 
 
-def _outcome(error: Exception) -> str:
+def outcome(error: Exception) -> str:
     """Metrics label of a failed job: "rejected" (the client's fault, 4xx) or "error" (5xx)."""
     return "rejected" if to_api_error(error).status_code < 500 else "error"
 
 
-async def _read_upload(file: UploadFile, limit_bytes: int) -> bytes:
+async def read_upload(file: UploadFile, limit_bytes: int) -> bytes:
     """The uploaded bytes, refusing more than `limit_bytes` (the body limit has overhead)."""
     if file.size is not None and file.size > limit_bytes:
         raise UploadTooLargeError(limit_bytes)
@@ -214,13 +196,13 @@ async def _read_upload(file: UploadFile, limit_bytes: int) -> bytes:
     return data
 
 
-async def _until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
-    """Await `awaitable`; if the client disconnects first, cancel it and raise `_Disconnected`.
+async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
+    """Await `awaitable`; if the client disconnects first, cancel it and raise `Disconnected`.
 
     Cancelling `pool.run(...)` drops a waiting job or sets the running job's cancel event.
     """
     task = asyncio.ensure_future(awaitable)
-    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    watcher = asyncio.ensure_future(wait_for_disconnect(request))
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
@@ -233,10 +215,10 @@ async def _until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
     task.cancel()
     with contextlib.suppress(BaseException):
         await task
-    raise _Disconnected
+    raise Disconnected
 
 
-async def _wait_for_disconnect(request: Request) -> None:
+async def wait_for_disconnect(request: Request) -> None:
     """Return when the client closes the connection (the body has been read already)."""
     while True:
         message = await request.receive()
@@ -263,7 +245,7 @@ def _format(result: TranscriptionResult, form: AudioForm, loaded: LoadedModel) -
 
 
 # ---- SSE ----------------------------------------------------------------------------------------
-def _sse(event: BaseModel, *, compact: bool = False) -> bytes:
+def sse(event: BaseModel, *, compact: bool = False) -> bytes:
     """One SSE message; `compact` leaves out fields that are None (optional extensions)."""
     return f"data: {event.model_dump_json(exclude_none=compact)}\n\n".encode()
 
@@ -296,7 +278,7 @@ async def _stream(
     def work() -> TranscriptionResult:
         started.append(queued_at())
         # with word timestamps a segment's words are sent once its window is aligned
-        timed = job.word_timestamps
+        timed = job.options.word_timestamps
         return loaded.transcribe(
             job,
             on_delta=None if timed else lambda text: post("delta", text),
@@ -310,8 +292,8 @@ async def _stream(
     future.add_done_callback(lambda _f: post("end", None))
 
     try:
-        kind, _ = await _until_disconnect(request, events.get())
-    except (_Disconnected, asyncio.CancelledError) as e:
+        kind, _ = await until_disconnect(request, events.get())
+    except (Disconnected, asyncio.CancelledError) as e:
         cancel.set()
         future.cancel()
         metrics.observe_failure(loaded.name, job.task, "cancelled")
@@ -323,7 +305,7 @@ async def _stream(
         try:
             future.result()
         except Exception as e:
-            metrics.observe_failure(loaded.name, job.task, _outcome(e))
+            metrics.observe_failure(loaded.name, job.task, outcome(e))
             raise
         raise RuntimeError("transcription ended without decoding audio")  # not reached
 
@@ -347,18 +329,18 @@ async def _stream(
                     if first:
                         metrics.first_delta_seconds.labels(loaded.name).observe(clock())
                         first = False
-                    yield _sse(delta, compact=True)
+                    yield sse(delta, compact=True)
             try:
                 result = future.result()
             except Exception as e:
                 error = to_api_error(e)
                 if error.status_code >= 500:
                     log.error("stream on %s failed", loaded.name, exc_info=e)
-                metrics.observe_failure(loaded.name, job.task, _outcome(e))
-                yield _sse(ErrorEvent(error=ErrorObject(**error.body()["error"])))
+                metrics.observe_failure(loaded.name, job.task, outcome(e))
+                yield sse(ErrorEvent(error=ErrorObject(**error.body()["error"])))
                 return
             metrics.observe_result(loaded.name, result, started[0] if started else 0.0, clock())
-            yield _sse(TextDoneEvent(text=result.text))
+            yield sse(TextDoneEvent(text=result.text))
         finally:
             metrics.active_streams.dec()
             if not future.done():  # the client went away mid-stream

@@ -1,16 +1,40 @@
-"""How one live stream is decoded: `StreamingOptions`, validated once."""
+"""How one live stream is decoded: `StreamingOptions`, validated once; the server's defaults
+every live session starts from (`LiveDefaults`, the one place the default VAD is decided); and
+the one bound on the rate of client audio (`pcm_rate`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from app.engine.vad import VadOptions
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.service.errors import Rejected
 
 WINDOW_S = N_SAMPLES_PER_WINDOW / SAMPLE_RATE  # 30.0
 PolicyName = Literal["local_agreement", "alignatt"]
 POLICIES: tuple[str, ...] = ("local_agreement", "alignatt")
+MIN_RATE, MAX_RATE = 8000, 192000  # Hz of the raw audio a live client may send
+
+
+def rate_problem(rate: object) -> str | None:
+    """Why `rate` cannot be the sample rate of a live stream's raw audio, or None when it can
+    (a whole number of Hz from MIN_RATE to MAX_RATE)."""
+    if isinstance(rate, bool) or not isinstance(rate, int):
+        return f"must be a whole number of Hz, not {rate!r}"
+    if not MIN_RATE <= rate <= MAX_RATE:
+        return f"must be between {MIN_RATE} and {MAX_RATE} Hz, not {rate}"
+    return None
+
+
+def pcm_rate(rate: object, param: str) -> int:
+    """`rate` as a live stream's sample rate; `Rejected` (invalid_value, naming `param`) unless
+    `rate_problem` finds none."""
+    problem = rate_problem(rate)
+    if problem is not None:
+        raise Rejected("invalid_value", f"{param} {problem}", param=param)
+    assert isinstance(rate, int)
+    return rate
 
 
 @dataclass(frozen=True)
@@ -78,3 +102,36 @@ class StreamingOptions:
     def aligned(self) -> bool:
         """Passes are aligned (attention per word)."""
         return self.word_timestamps or self.policy == "alignatt"
+
+
+@dataclass(frozen=True)
+class LiveDefaults:
+    """The server's settings every live session starts from; a protocol's configuration sets the
+    rest (`options`).
+
+    vad: the default speech detection of a session (None: no VAD model, or STT_VAD_FILTER off);
+    vad_installed: the VAD model is loaded, so a session may ask for it.
+    """
+
+    step_s: float
+    policy: PolicyName
+    edge_s: float
+    pause_s: float | None
+    no_speech_threshold: float | None
+    kv_cache: str
+    vad: VadOptions | None
+    vad_installed: bool
+
+    def options(self, **session: Any) -> StreamingOptions:
+        """A session's options: these defaults, then the session's own fields (language, vad,
+        prompt, ...); a field it leaves out keeps the default."""
+        fields: dict[str, Any] = {
+            "step_s": self.step_s,
+            "policy": self.policy,
+            "edge_s": self.edge_s,
+            "pause_s": self.pause_s,
+            "no_speech_threshold": self.no_speech_threshold,
+            "kv_cache": self.kv_cache,
+            "vad": self.vad,
+        }
+        return StreamingOptions(**(fields | session))

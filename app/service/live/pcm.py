@@ -9,9 +9,9 @@ import soxr
 
 from app.engine.audio import AudioDecodeError, PcmEncoding, pcm_to_float
 from app.runtime.contract import SAMPLE_RATE
+from app.service.live.options import rate_problem
 
 ENCODINGS: tuple[str, ...] = get_args(PcmEncoding)
-MIN_RATE, MAX_RATE = 8000, 192000
 
 
 class PcmInput:
@@ -25,8 +25,8 @@ class PcmInput:
     def __init__(self, encoding: str, sample_rate: int) -> None:
         if encoding not in ENCODINGS:
             raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
-        if not MIN_RATE <= sample_rate <= MAX_RATE:
-            raise ValueError(f"sample_rate must be in {MIN_RATE}..{MAX_RATE} Hz, got {sample_rate}")
+        if (problem := rate_problem(sample_rate)) is not None:
+            raise ValueError(f"sample_rate {problem}")
         self.encoding: PcmEncoding = encoding  # type: ignore[assignment]
         self.sample_rate = sample_rate
         self._resampler = (

@@ -1,0 +1,96 @@
+"""Every live protocol's configuration -> the session's `StreamingOptions`, in one place.
+
+One function per protocol (`realtime_options`, `audio_stream_options`, `wyoming_options`), all on
+the server's `LiveDefaults` (built once from the settings: `live_defaults`, the one place the
+default VAD is decided) and the service's language rule (`model_language`: the engine's
+normaliser, so "mandarin" or "English" work on every path). Each raises `Rejected`; the adapters
+translate it and never validate options themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.api.live.audio_stream_config import StreamConfig
+from app.api.live.realtime_config import RealtimeConfig
+from app.config import Settings
+from app.service.jobs import TranscriptionJob
+from app.service.live import StreamingOptions, VadOptions
+from app.service.live.options import LiveDefaults
+from app.service.options import TranscriptionOptions, model_language
+from app.service.registry import LoadedModel
+
+REALTIME_LANGUAGE = "session.audio.input.transcription.language"
+WYOMING_BEAM_SIZE = 1  # voice commands: greedy, as Home Assistant's own Whisper add-on defaults to
+
+
+def live_defaults(
+    settings: Settings, base: TranscriptionOptions, vad_installed: bool
+) -> LiveDefaults:
+    """The server's live settings and decoding defaults; the default VAD is on when the model
+    is installed and STT_VAD_FILTER is set."""
+    return LiveDefaults(
+        step_s=settings.stream_step_s,
+        policy=settings.stream_policy,
+        edge_s=settings.stream_edge_s,
+        pause_s=settings.stream_pause_s or None,
+        no_speech_threshold=base.no_speech_threshold,
+        kv_cache=base.kv_cache,
+        vad=VadOptions() if vad_installed and settings.vad_filter else None,
+        vad_installed=vad_installed,
+    )
+
+
+def realtime_default(defaults: LiveDefaults) -> RealtimeConfig:
+    """A new Realtime session's configuration: server VAD cuts turns when the VAD model is
+    installed; without it the client commits them."""
+    return RealtimeConfig() if defaults.vad_installed else RealtimeConfig(turn_detection=None)
+
+
+def realtime_options(
+    config: RealtimeConfig, model: LoadedModel, defaults: LiveDefaults
+) -> StreamingOptions:
+    """A Realtime session on `model`: its turn detection is the VAD (threshold, silence that
+    ends a turn, audio kept before speech); without turn detection the default VAD still keeps
+    silence from being decoded."""
+    language = model_language(
+        model.name, model.multilingual, config.language, param=REALTIME_LANGUAGE
+    )
+    turns = config.turn_detection
+    if turns is None or not defaults.vad_installed:
+        return defaults.options(language=language, prompt=config.prompt)
+    vad = VadOptions(
+        threshold=turns.threshold,
+        neg_threshold=None,
+        min_silence_s=turns.silence_duration_ms / 1000,
+    )
+    return defaults.options(
+        language=language,
+        vad=vad,
+        preroll_s=turns.prefix_padding_ms / 1000,
+        prompt=config.prompt,
+    )
+
+
+def audio_stream_options(config: StreamConfig, defaults: LiveDefaults) -> StreamingOptions:
+    """A `/v1/audio/stream` session (its configuration was checked field by field when the
+    client set it: `audio_stream_config.apply_update`)."""
+    return defaults.options(
+        language=config.language,
+        task=config.task,
+        vad=config.vad,
+        preroll_s=config.preroll_s,
+        prompt=config.prompt,
+        word_timestamps=config.word_timestamps,
+    )
+
+
+def wyoming_options(
+    model: LoadedModel, language: str | None, defaults: LiveDefaults
+) -> tuple[StreamingOptions, TranscriptionJob]:
+    """A Wyoming utterance on `model` in `language` (as `transcribe` named it; None = detect):
+    the live session's options (for the transcript chunks) and the whole-utterance job (the
+    transcript: greedy, the server's defences)."""
+    code = model_language(model.name, model.multilingual, language)
+    job_options = replace(model.base_options, language=code, beam_size=WYOMING_BEAM_SIZE)
+    return defaults.options(language=code), TranscriptionJob(b"", job_options)
