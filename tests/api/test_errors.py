@@ -88,6 +88,19 @@ def test_bad_parameter_is_400(http: httpx.Client, field: str, value: str, param:
     assert_openai_error(r, 400, param=param)
 
 
+def test_language_names_are_the_engines(http: httpx.Client) -> None:
+    """Any name the engine knows reaches the model's own rule: "mandarin" is Chinese, which the
+    English-only tiny.en refuses as 'zh' (the same refusal every live protocol gives)."""
+    r = http.post(TRANSCRIBE, data={"model": "tiny.en", "language": "mandarin"}, files=jfk_file())
+    error = assert_openai_error(r, 400, param="language")
+    assert error["code"] == "unsupported_language"
+    assert "English-only" in error["message"] and "'zh'" in error["message"]
+    data = {"model": "tiny.en", "language": " English ", "response_format": "verbose_json"}
+    r = http.post(TRANSCRIBE, data=data, files=jfk_file())
+    assert r.status_code == 200, r.text
+    assert r.json()["language"] == "english"
+
+
 def test_unknown_route_and_method(http: httpx.Client) -> None:
     assert_openai_error(http.get("/v1/nothing-here"), 404)
     assert_openai_error(http.get(TRANSCRIBE), 405)
