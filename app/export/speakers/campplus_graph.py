@@ -103,36 +103,44 @@ class _Campplus:
         channels = self.w["head.conv2.weight"].shape[0] * io.FBANK_BINS // 8
         return g.op("Reshape", [x, g.const(np.array([0, channels, -1], np.int64))])
 
-    def segment_mean(self, x: str) -> str:
-        """Mean over consecutive segments of `SEGMENT_FRAMES` frames (the last one shorter),
-        spread back over their frames: [B, C, T] -> [B, C, T]."""
+    def timeline(self, x: str) -> None:
+        """The frame count of x [B, C, T] (every CAM layer's T) and what segment pooling needs
+        for it: the zeros appended to fill the last segment, and each segment's frame count."""
         g = self.g
-        length = g.op("Gather", [g.op("Shape", [x]), g.const(np.array([2], np.int64))])  # [1]
+        self.length = g.op("Gather", [g.op("Shape", [x]), g.const(np.array([2], np.int64))])
         segment = g.const(np.array([SEGMENT_FRAMES], np.int64))
-        padded = g.op("Mod", [g.op("Neg", [length]), segment])  # [1]: frames to append
-        pads = g.op("Concat", [g.const(np.zeros(5, np.int64)), padded], axis=0)
+        appended = g.op("Mod", [g.op("Neg", [self.length]), segment])  # [1]
+        self.pads = g.op("Concat", [g.const(np.zeros(5, np.int64)), appended], axis=0)
+        shape = g.op("Concat", [g.const(np.array([1, 1], np.int64)), self.length], axis=0)
+        ones = g.op("Expand", [g.const(np.ones((1, 1, 1), np.float32)), shape])  # [1, 1, T]
+        self.counts = self.segment_sums(ones)  # [1, 1, n]
+
+    def segment_sums(self, x: str) -> str:
+        """Sums over consecutive segments of `SEGMENT_FRAMES` frames (the last one shorter):
+        [B, C, T] -> [B, C, n]."""
+        g = self.g
         segments = g.const(np.array([0, 0, -1, SEGMENT_FRAMES], np.int64))
-        ones = g.op("Expand", [g.const(np.ones((1, 1, 1), np.float32)), g.op("Shape", [x])])
-        sums = [
-            g.op(
-                "ReduceSum",
-                [
-                    g.op("Reshape", [g.op("Pad", [v, pads]), segments]),
-                    g.const(np.array([3], np.int64)),
-                ],
-                keepdims=1,
-            )
-            for v in (x, ones)
-        ]
-        means = g.op("Div", sums)  # [B, C, n, 1]
-        spread = g.op("Expand", [means, g.const(np.array([1, 1, 1, SEGMENT_FRAMES], np.int64))])
-        flat = g.op("Reshape", [spread, g.const(np.array([0, 0, -1], np.int64))])
-        return g.op(
-            "Slice",
-            [flat, g.const(np.array([0], np.int64)), length, g.const(np.array([2], np.int64))],
+        padded = g.op("Reshape", [g.op("Pad", [x, self.pads]), segments])
+        return g.op("ReduceSum", [padded, g.const(np.array([3], np.int64))], keepdims=0)
+
+    def spread(self, x: str) -> str:
+        """Each segment's value over its frames: [B, C, n] -> [B, C, T]."""
+        g = self.g
+        repeated = g.op(
+            "Expand",
+            [
+                g.op("Unsqueeze", [x, g.const(np.array([3], np.int64))]),
+                g.const(np.array([1, 1, 1, SEGMENT_FRAMES], np.int64)),
+            ],
         )
+        flat = g.op("Reshape", [repeated, g.const(np.array([0, 0, -1], np.int64))])
+        axis = g.const(np.array([2], np.int64))
+        return g.op("Slice", [flat, g.const(np.array([0], np.int64)), self.length, axis])
 
     def cam_layer(self, x: str, prefix: str, dilation: int) -> str:
+        """The masking gate depends on the whole-input mean plus each segment's mean, so it is
+        constant over a segment: computed per segment and spread (3D-Speaker computes it per
+        frame, the same numbers)."""
         g = self.g
         h = self.bn_relu(x, f"{prefix}.nonlinear1.batchnorm")
         h = self.conv_bn(h, f"{prefix}.linear1", f"{prefix}.nonlinear2.batchnorm", 1)
@@ -140,10 +148,11 @@ class _Campplus:
         cam = f"{prefix}.cam_layer"
         local = self.conv(h, f"{cam}.linear_local", pads=[dilation, dilation], dilations=[dilation])
         mean = g.op("ReduceMean", [h, g.const(np.array([2], np.int64))], keepdims=1)
-        context = g.op("Add", [mean, self.segment_mean(h)])
+        segment_means = g.op("Div", [self.segment_sums(h), self.counts])  # [B, C, n]
+        context = g.op("Add", [mean, segment_means])
         gate = g.op("Relu", [self.conv(context, f"{cam}.linear1")])
         gate = g.op("Sigmoid", [self.conv(gate, f"{cam}.linear2")])
-        return g.op("Mul", [local, gate])
+        return g.op("Mul", [local, self.spread(gate)])
 
     def xvector(self, x: str) -> str:
         """[B, 320, T] -> [B, 192]."""
@@ -157,6 +166,7 @@ class _Campplus:
             pads=[2, 2],
         )
         x = g.op("Relu", [x])
+        self.timeline(x)
         for i, (layers, _kernel, dilation) in enumerate(BLOCKS, start=1):
             for j in range(1, layers + 1):
                 new = self.cam_layer(x, f"xvector.block{i}.tdnnd{j}", dilation)
