@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from app.service.errors import Rejected
-from app.service.options import TranscriptionOptions
+from app.service.options import Task, TranscriptionOptions
 from app.service.transcriber import Segment, TranscriptionInfo
-
-Task = Literal["transcribe", "translate"]
 
 
 class UnknownModelError(Rejected):
