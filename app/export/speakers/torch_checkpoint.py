@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import io
+import math
 import pickle
 import zipfile
 from pathlib import Path
@@ -33,22 +34,67 @@ _STORAGE_DTYPES = {
 }
 
 
-class _StorageType:
-    """Stands for `torch.<X>Storage` in the pickle: only its dtype is kept."""
+_MAX_ELEMENTS = 1 << 31  # per tensor: a shape beyond this is corrupt or hostile, not weights
+
+
+class _Frozen:
+    """What a permitted global is to the pickle: a fresh object per reference that refuses
+    BUILD (the opcode that sets attributes), so a pickle cannot alter this module's objects."""
+
+    __slots__ = ()
+
+    def __setstate__(self, _state) -> None:
+        raise BuildError("the checkpoint tries to modify a global it names: refused")
+
+
+class _StorageType(_Frozen):
+    """Stands for `torch.<X>Storage`: only its dtype is kept."""
+
+    __slots__ = ("dtype",)
 
     def __init__(self, name: str) -> None:
-        self.dtype = np.dtype(_STORAGE_DTYPES[name])
+        object.__setattr__(self, "dtype", np.dtype(_STORAGE_DTYPES[name]))
+
+
+class _Function(_Frozen):
+    """Stands for a permitted callable (REDUCE calls it with the pickle's arguments)."""
+
+    __slots__ = ("_function",)
+
+    def __init__(self, function) -> None:
+        object.__setattr__(self, "_function", function)
+
+    def __call__(self, *args):
+        return self._function(*args)
+
+
+def _index(value, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise BuildError(f"a tensor's {what} is {value!r}, not a non-negative integer")
+    return value
 
 
 def _rebuild_tensor(storage, offset, size, stride, *_ignored) -> np.ndarray:
     """`torch._utils._rebuild_tensor_v2`: a view of `storage` with torch's (element) strides."""
-    size, stride = tuple(size), tuple(stride)
+    if not isinstance(storage, np.ndarray) or not isinstance(size, tuple | list):
+        raise BuildError("a tensor without a storage or a shape: the checkpoint is corrupt")
+    offset = _index(offset, "offset")
+    size = tuple(_index(n, "size") for n in size)
+    stride = tuple(_index(n, "stride") for n in stride)
+    if len(size) != len(stride):
+        raise BuildError("a tensor's shape and strides differ in length: the checkpoint is corrupt")
     if not size:
+        if offset >= storage.size:
+            raise BuildError("a tensor lies beyond its storage: the checkpoint is corrupt")
         return storage[offset : offset + 1].reshape(()).copy()
-    item = storage.dtype.itemsize
+    if min(size) == 0:
+        return np.zeros(size, storage.dtype)
+    if math.prod(size) > _MAX_ELEMENTS:
+        raise BuildError(f"a tensor of shape {size} is too large for a weights file")
     needed = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
-    if min(size) > 0 and needed > storage.size:
+    if needed > storage.size:
         raise BuildError("a tensor reaches beyond its storage: the checkpoint is corrupt")
+    item = storage.dtype.itemsize
     view = np.lib.stride_tricks.as_strided(
         storage[offset:], shape=size, strides=[s * item for s in stride], writeable=False
     )
@@ -60,11 +106,10 @@ def _rebuild_parameter(data, _requires_grad, _backward_hooks, *_ignored) -> np.n
     return data
 
 
-_GLOBALS = {
+_FUNCTIONS = {
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("collections", "OrderedDict"): collections.OrderedDict,
-    **{("torch", name): _StorageType(name) for name in _STORAGE_DTYPES},
 }
 
 
@@ -74,8 +119,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
         self._storages = storages
 
     def find_class(self, module: str, name: str):
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _StorageType(name)
         try:
-            return _GLOBALS[(module, name)]
+            return _Function(_FUNCTIONS[(module, name)])
         except KeyError:
             raise BuildError(
                 f"the checkpoint names {module}.{name}, which a weights file does not need: "
