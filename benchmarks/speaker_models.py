@@ -4,6 +4,9 @@ Both graphs (`models/speakers/`, `make speaker-models`) on ONNX Runtime's CPU EP
 OpenVINO EP (CPU device), each with `--threads` intra-op threads: segmentation of the 60 s
 earnings clip in windows every 5 s, 1 or 4 windows per call; the embedding (fbank included) of
 3 s and 10 s of it. Figures are medians (and minima) over `--runs` rounds after one warm-up.
+RSS: what loading each EP's two sessions added to the process, then what stayed after its runs
+(the OpenVINO EP is measured after the CPU one, in the same process; start it with the
+glibc settings of `make run` to see what the server sees).
 
     .venv/bin/python benchmarks/speaker_models.py --runs 5
 
@@ -13,6 +16,7 @@ Writes benchmarks/results/speaker_models.md.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -50,10 +54,12 @@ def main() -> None:
     args = parser.parse_args()
     load = common.start_load(args)
     audio = decode_audio(CLIP)
-    rows = []
+    rows, memory = [], []
     for ep in ("cpu", "openvino"):
         options = RuntimeOptions(ep=ep, device="CPU", threads=args.threads)
+        before = common.rss_mb(os.getpid())[0]
         models = load_speaker_models(REPO / "models", options)
+        loaded = common.rss_mb(os.getpid())[0]
         for batch in (1, 4):
             segmentation = models.segmentation.with_options(step_s=STEP_S, batch=batch)
             windows = len(segmentation.window_starts(len(audio)))
@@ -79,8 +85,14 @@ def main() -> None:
                     f"{best * 1000:.0f}",
                 )
             )
+        after = common.rss_mb(os.getpid())[0]
+        memory.append((ep, f"{loaded - before:.0f}", f"{after - before:.0f}"))
     lines = common.header("Speaker models: time per call", load)
     lines += ["", *common.table(("EP", "what", "unit", "median ms", "min ms"), rows)]
+    lines += [
+        "",
+        *common.table(("EP", "RSS added by loading, MB", "RSS kept after the runs, MB"), memory),
+    ]
     common.write(args.out_dir / "speaker_models.md", lines)
 
 

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import onnxruntime as ort
+
 from app.engine.speakers.embedding import SpeakerEmbedding, TooLittleSpeech
 from app.engine.speakers.segmentation import DEFAULT_STEP_S, SpeakerSegmentation, window_starts
 from app.runtime.sessions import (
@@ -33,6 +35,16 @@ __all__ = [
     "load_speaker_models",
     "window_starts",
 ]
+
+
+def _shrinking_runs() -> ort.RunOptions:
+    """Runs that hand the CPU arena's unused memory back afterwards: the activations of a call
+    (a 10 s CAM++ pass, 4 segmentation windows) are 100+ MB and occasional, so a kept arena would
+    hold them for good (measured after a 60 s segmentation + a 10 s embedding on the CPU EP:
+    +193 MB RSS kept, +62 MB with shrinkage, no measurable time cost)."""
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
 
 
 class SpeakerModelsMissing(FileNotFoundError):
@@ -82,8 +94,9 @@ def load_speaker_models(
         log.info(
             "loaded %s on %s/%s in %.2f s", name, options.ep, device, time.perf_counter() - started
         )
+    runs = _shrinking_runs()
     return SpeakerModels(
-        segmentation=SpeakerSegmentation(sessions[SEGMENTATION_FILE], step_s=step_s),
-        embedding=SpeakerEmbedding(sessions[EMBEDDING_FILE]),
+        segmentation=SpeakerSegmentation(sessions[SEGMENTATION_FILE], step_s, run_options=runs),
+        embedding=SpeakerEmbedding(sessions[EMBEDDING_FILE], runs),
         device=device,
     )

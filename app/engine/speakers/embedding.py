@@ -38,8 +38,11 @@ def frames_kept(n_samples: int, mask: np.ndarray | None) -> np.ndarray:
 class SpeakerEmbedding:
     """CAM++ on the ONNX session `session`; thread-safe (the session is)."""
 
-    def __init__(self, session: ort.InferenceSession) -> None:
+    def __init__(
+        self, session: ort.InferenceSession, run_options: ort.RunOptions | None = None
+    ) -> None:
         self._session = session
+        self._run_options = run_options
 
     def features(self, audio: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """The model's input f32 [kept frames, 80]: mean-normalised fbank of the kept frames."""
@@ -59,7 +62,7 @@ class SpeakerEmbedding:
         L2-normalised. Raises `TooLittleSpeech` below `MIN_FRAMES` kept frames."""
         features = self.features(audio, mask)
         (embedding,) = self._session.run(
-            [io.EMBEDDING_OUTPUT], {io.EMBEDDING_INPUT: features[None]}
+            [io.EMBEDDING_OUTPUT], {io.EMBEDDING_INPUT: features[None]}, self._run_options
         )
         vector = embedding[0]
         return vector / max(float(np.linalg.norm(vector)), 1e-12)
