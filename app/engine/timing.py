@@ -396,9 +396,15 @@ class TextClock:
     def span(self, first: int, last: int) -> tuple[float, float]:
         return self._word_at(first).start, self._word_at(last).end
 
-    def peak(self, first: int, last: int) -> float:
-        """The latest attention peak of the words that hold characters `first`..`last`."""
+    def _words_in(self, first: int, last: int) -> list[WordTiming]:
         lo = int(np.searchsorted(self._ends, first, side="right"))
         hi = int(np.searchsorted(self._ends, last, side="right"))
-        words = self._words[min(lo, len(self._words) - 1) : min(hi, len(self._words) - 1) + 1]
-        return max(w.peak for w in words)
+        return self._words[min(lo, len(self._words) - 1) : min(hi, len(self._words) - 1) + 1]
+
+    def peak(self, first: int, last: int) -> float:
+        """The latest attention peak of the words that hold characters `first`..`last`."""
+        return max(w.peak for w in self._words_in(first, last))
+
+    def probability(self, first: int, last: int) -> float:
+        """The lowest probability of the words that hold characters `first`..`last`."""
+        return min(w.probability for w in self._words_in(first, last))

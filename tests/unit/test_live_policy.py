@@ -11,12 +11,15 @@ from app.service.live.policy import AlignAtt, LocalAgreement, make_policy
 from app.service.live.units import LiveWord, word_key
 
 
-def words(text: str, peaks: list[float | None] | None = None) -> list[LiveWord]:
+def words(
+    text: str, peaks: list[float | None] | None = None, probs: list[float] | None = None
+) -> list[LiveWord]:
     units = text.split()
     peaks = peaks or [None] * len(units)
+    probs = probs or [0.9] * len(units)
     return [
-        LiveWord(" " + u, word_key(u), i * 0.3, i * 0.3 + 0.25, 0, peak)
-        for i, (u, peak) in enumerate(zip(units, peaks, strict=True))
+        LiveWord(" " + u, word_key(u), i * 0.3, i * 0.3 + 0.25, 0, peak, p)
+        for i, (u, peak, p) in enumerate(zip(units, peaks, probs, strict=True))
     ]
 
 
@@ -64,6 +67,20 @@ def test_alignatt_needs_no_second_pass() -> None:
     assert LocalAgreement().commit_count(new, [], audio_end_s=4.0) == 0
 
 
+def test_alignatt_commits_an_unsure_word_when_two_passes_read_it() -> None:
+    """A word read with low probability waits for the next pass to read the same words up to
+    it; confident words before it commit at once."""
+    policy, peaks = AlignAtt(0.5, sure=0.5), [0.5, 1.0, 1.5, 2.0]
+    new = words("so am I fellow", peaks, [0.9, 0.36, 0.9, 0.9])
+    assert policy.commit_count(new, [], audio_end_s=4.0) == 1  # "so"; "am" waits
+    assert policy.commit_count(new, words("so my fellow"), audio_end_s=4.0) == 1
+    assert policy.commit_count(new, words("so am"), audio_end_s=4.0) == 3  # read twice
+    assert policy.commit_count(new, words("so am I"), audio_end_s=4.0) == 3
+    sure = words("so my fellow Americans", peaks, [0.9, 0.6, 0.9, 0.9])
+    assert policy.commit_count(sure, [], audio_end_s=4.0) == 3
+    assert AlignAtt(0.5, sure=0.0).commit_count(new, [], audio_end_s=4.0) == 3
+
+
 def test_make_policy() -> None:
     assert isinstance(make_policy("alignatt", 0.3), AlignAtt)
     assert isinstance(make_policy("local_agreement", 0.3), LocalAgreement)
@@ -71,6 +88,8 @@ def test_make_policy() -> None:
         make_policy("wait-k", 0.3)
     with pytest.raises(ValueError):
         AlignAtt(-0.1)
+    with pytest.raises(ValueError, match="sure"):
+        AlignAtt(0.5, sure=1.5)
 
 
 def take_all(inbox: Inbox) -> int:

@@ -12,7 +12,9 @@ words and times in, a count out; no audio, no model.
   before the end of the buffer; the first word that looks at the edge stops the commit, since
   the audio after it may change it. One pass suffices, so words come out a step earlier. A
   word without attention (`peak` None) is never safe, nor is the pass's last word: nothing
-  after it shows that it is whole (Whisper reads "you" where more audio makes "your").
+  after it shows that it is whole (Whisper reads "you" where more audio makes "your"). A word
+  the decoder read with low probability waits, in addition, for the next pass to read it again:
+  one pass may fall at a buffer length where Whisper reads it otherwise.
 
 At a pause or a client commit the session commits everything, whatever the policy.
 """
@@ -54,20 +56,29 @@ class LocalAgreement:
 
 @dataclass(frozen=True)
 class AlignAtt:
-    """Commit the words read while attending to audio at least `edge_s` before its end."""
+    """Commit the words read while attending to audio at least `edge_s` before its end; a word
+    read with probability below `sure` only once the previous pass read the same words up to
+    it (tiny.en reads "so, my" as "so am I", p 0.35-0.37, at some buffer lengths)."""
 
     edge_s: float = 0.5
+    sure: float = 0.5
 
     def __post_init__(self) -> None:
         if self.edge_s < 0:
             raise ValueError(f"edge_s must be >= 0, got {self.edge_s}")
+        if not 0 <= self.sure <= 1:
+            raise ValueError(f"sure must be in [0, 1], got {self.sure}")
 
     def commit_count(
         self, new: Sequence[LiveWord], pending: Sequence[LiveWord], audio_end_s: float
     ) -> int:
         limit = audio_end_s - self.edge_s
+        agreed = LocalAgreement().commit_count(new, pending, audio_end_s)
         for i, word in enumerate(new[:-1]):
             if word.peak is None or word.peak > limit:
+                return i
+            unsure = word.probability is not None and word.probability < self.sure
+            if unsure and i >= agreed:
                 return i
         return max(len(new) - 1, 0)
 

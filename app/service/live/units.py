@@ -24,7 +24,8 @@ class LiveWord:
 
     text: as decoded, with its leading space; key: normalised for comparison; start/end: stream
     seconds; segment: index of its segment in the pass; peak: stream seconds where the alignment
-    heads looked last while its tokens were read (None without attention), for AlignAtt.
+    heads looked last while its tokens were read (None without attention), for AlignAtt;
+    probability: the decoder's, the mean of its tokens' (None without alignment).
     """
 
     text: str
@@ -33,6 +34,7 @@ class LiveWord:
     end: float
     segment: int
     peak: float | None = None
+    probability: float | None = None
 
 
 def word_key(text: str) -> str:

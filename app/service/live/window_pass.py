@@ -158,18 +158,21 @@ class PassRunner:
             for unit in units:
                 size = len(unit.strip())
                 at = text.index(unit, at)
-                peak = None
+                peak = probability = None
                 if clock is not None:
                     first = char + at + len(unit) - len(unit.lstrip())
                     last = char + at + len(unit.rstrip()) - 1
                     begin, finish = clock.span(first, last)
                     begin, finish = offset_s + begin, offset_s + finish
                     peak = offset_s + clock.peak(first, last)
+                    probability = clock.probability(first, last)
                 else:
                     begin = offset_s + seg.start + span * done / total
                     finish = offset_s + seg.start + span * (done + size) / total
                 done += size
                 at += len(unit)
-                words.append(LiveWord(unit, word_key(unit), begin, finish, index, peak))
+                words.append(
+                    LiveWord(unit, word_key(unit), begin, finish, index, peak, probability)
+                )
             char += len(text)
         return words
