@@ -23,7 +23,12 @@ import pytest
 import torch
 
 from app.engine.audio import decode_audio
-from app.engine.speakers import SpeakerModels, TooLittleSpeech, load_speaker_models
+from app.engine.speakers import (
+    SpeakerModels,
+    SpeakerModelsMissing,
+    TooLittleSpeech,
+    load_speaker_models,
+)
 from app.engine.speakers.fbank import fbank
 from app.engine.speakers.segmentation import (
     FRAME_STEP_S,
@@ -340,3 +345,8 @@ def test_too_little_speech_is_refused_clearly(models):
     mask[:1000] = True
     with pytest.raises(TooLittleSpeech):
         models.embedding(clip, mask)
+
+
+def test_unbuilt_models_say_how_to_build_them(tmp_path):
+    with pytest.raises(SpeakerModelsMissing, match=r"python -m app\.export speakers"):
+        load_speaker_models(tmp_path, RuntimeOptions(ep="cpu"))
