@@ -29,6 +29,7 @@ setup-dev: $(VENV)/.dev
 models: setup
 	$(PY) -m app.export build $(MODEL) --models-dir $(MODELS_DIR) $(if $(PRECISION),--precision $(PRECISION)) --skip-existing
 	$(PY) -m app.export vad --models-dir $(MODELS_DIR)
+	$(PY) -m app.export speakers --models-dir $(MODELS_DIR)
 
 ## The speaker models for diarization (pyannote segmentation-3.0 + CAM++): models/speakers/
 speaker-models: setup
@@ -37,6 +38,7 @@ speaker-models: setup
 test-models: setup
 	$(foreach m,$(TEST_MODELS),$(PY) -m app.export build $(m) --models-dir $(MODELS_DIR) --skip-existing &&) true
 	$(PY) -m app.export vad --models-dir $(MODELS_DIR)
+	$(PY) -m app.export speakers --models-dir $(MODELS_DIR)
 
 run: models
 	$(MALLOC_ENV) STT_MODELS=$${STT_MODELS:-$(MODEL)} STT_MODELS_DIR=$(MODELS_DIR) \
