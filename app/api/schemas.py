@@ -8,14 +8,17 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from app.service.diarize.attribution import SpeakerSegment
+from app.service.diarize.job import DiarizedResult
 from app.service.model_options import ModelStatus
 from app.service.model_policy import ModelState
 from app.service.registry import TranscriptionResult
 from app.service.results import Word
 
-ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
+ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json", "diarized_json"]
 TimestampGranularity = Literal["segment", "word"]
 Include = Literal["logprobs"]
+SpeakerAt = Callable[[float, float], str]  # (start, end) seconds -> the speaker's label
 
 
 class UsageJSON(BaseModel):
@@ -62,17 +65,20 @@ class TranscriptionJSON(BaseModel):
 
 
 class WordJSON(BaseModel):
-    """One word of `timestamp_granularities[]=word`; `probability` is an extension."""
+    """One word of `timestamp_granularities[]=word`; `probability` is an extension, so is
+    `speaker` (with `diarize=true`)."""
 
     word: str
     start: float
     end: float
     probability: float
+    speaker: str | None = None
 
     @classmethod
-    def of(cls, word: Word) -> WordJSON:
+    def of(cls, word: Word, speaker_at: SpeakerAt | None = None) -> WordJSON:
         return cls(word=word.word.strip(), start=word.start, end=word.end,
-                   probability=word.probability)  # fmt: skip
+                   probability=word.probability,
+                   speaker=speaker_at(word.start, word.end) if speaker_at else None)  # fmt: skip
 
 
 class TranscriptionSegmentJSON(BaseModel):
@@ -87,6 +93,7 @@ class TranscriptionSegmentJSON(BaseModel):
     compression_ratio: float
     no_speech_prob: float
     words: list[WordJSON] | None = None  # extension: this segment's words
+    speaker: str | None = None  # extension (diarize=true): who says most of it
 
 
 class TranscriptionVerboseJSON(BaseModel):
@@ -105,8 +112,10 @@ class TranscriptionVerboseJSON(BaseModel):
         cls,
         result: TranscriptionResult,
         granularities: Sequence[str] = ("segment",),
+        speaker_at: SpeakerAt | None = None,
     ) -> TranscriptionVerboseJSON:
-        """Segments unless only `word` was asked for (as OpenAI); words when asked for."""
+        """Segments unless only `word` was asked for (as OpenAI); words when asked for;
+        `speaker_at` (diarize=true) labels each segment and word with its speaker."""
         with_words = "word" in granularities
         with_segments = "segment" in granularities or not with_words
         return cls(
@@ -114,7 +123,7 @@ class TranscriptionVerboseJSON(BaseModel):
             language=result.language_name,
             duration=round(result.duration_s, 3),
             text=result.text,
-            words=[WordJSON.of(w) for s in result.segments for w in s.words or ()]
+            words=[WordJSON.of(w, speaker_at) for s in result.segments for w in s.words or ()]
             if with_words
             else None,
             usage=UsageJSON.of(result),
@@ -132,10 +141,50 @@ class TranscriptionVerboseJSON(BaseModel):
                     avg_logprob=s.avg_logprob,
                     compression_ratio=s.compression_ratio,
                     no_speech_prob=s.no_speech_prob,
-                    words=[WordJSON.of(w) for w in s.words] if with_words and s.words else None,
+                    words=[WordJSON.of(w, speaker_at) for w in s.words]
+                    if with_words and s.words
+                    else None,
+                    speaker=speaker_at(s.start, s.end) if speaker_at else None,
                 )
                 for s in result.segments
             ],
+        )
+
+
+class TextSegmentJSON(BaseModel):
+    """One speaker's stretch of a diarized transcript: a `diarized_json` segment, and the SSE
+    event `transcript.text.segment` sent as it is finished."""
+
+    type: Literal["transcript.text.segment"] = "transcript.text.segment"
+    id: str
+    start: float
+    end: float
+    speaker: str
+    text: str
+
+    @classmethod
+    def of(cls, index: int, segment: SpeakerSegment) -> TextSegmentJSON:
+        return cls(id=f"seg_{index}", start=round(segment.start, 3), end=round(segment.end, 3),
+                   speaker=segment.speaker, text=segment.text)  # fmt: skip
+
+
+class TranscriptionDiarizedJSON(BaseModel):
+    """`response_format=diarized_json`."""
+
+    task: Literal["transcribe"] = "transcribe"
+    duration: float
+    text: str
+    segments: list[TextSegmentJSON]
+    usage: UsageJSON
+
+    @classmethod
+    def from_result(cls, result: DiarizedResult) -> TranscriptionDiarizedJSON:
+        transcription = result.transcription
+        return cls(
+            duration=round(transcription.duration_s, 3),
+            text=transcription.text,
+            segments=[TextSegmentJSON.of(i, s) for i, s in enumerate(result.segments)],
+            usage=UsageJSON.of(transcription),
         )
 
 

@@ -6,8 +6,8 @@ One function per format, each taking the segments (seconds); shared by the CLI a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from app.service.results import Segment, TranscriptionInfo
 
@@ -31,23 +31,43 @@ def to_text(segments: Iterable[Segment]) -> str:
     return "".join(s.text for s in segments).strip()
 
 
-def to_srt(segments: Iterable[Segment]) -> str:
-    """SubRip subtitles: numbered cues, "HH:MM:SS,mmm --> HH:MM:SS,mmm"."""
+class Cue(Protocol):
+    """A subtitle's span (seconds) and text: a transcript segment or a speaker's segment."""
+
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float: ...
+    @property
+    def text(self) -> str: ...
+
+
+def to_srt(segments: Iterable[Cue], speakers: Sequence[str] | None = None) -> str:
+    """SubRip subtitles: numbered cues, "HH:MM:SS,mmm --> HH:MM:SS,mmm"; with `speakers` (one
+    per cue) each cue's text starts with "<speaker>: "."""
     cues = []
     for index, s in enumerate(segments, start=1):
         start = format_timestamp(s.start, decimal_marker=",")
         end = format_timestamp(s.end, decimal_marker=",")
-        cues.append(f"{index}\n{start} --> {end}\n{s.text.strip().replace('-->', '->')}\n")
+        who = f"{_voice(speakers[index - 1])}: " if speakers is not None else ""
+        cues.append(f"{index}\n{start} --> {end}\n{who}{s.text.strip().replace('-->', '->')}\n")
     return "\n".join(cues)
 
 
-def to_vtt(segments: Iterable[Segment]) -> str:
-    """WebVTT subtitles: a "WEBVTT" header, then "HH:MM:SS.mmm --> HH:MM:SS.mmm" cues."""
+def to_vtt(segments: Iterable[Cue], speakers: Sequence[str] | None = None) -> str:
+    """WebVTT subtitles: a "WEBVTT" header, then "HH:MM:SS.mmm --> HH:MM:SS.mmm" cues; with
+    `speakers` (one per cue) each cue is a voice span, "<v speaker>text"."""
     cues = ["WEBVTT\n"]
-    for s in segments:
+    for index, s in enumerate(segments):
         start, end = format_timestamp(s.start), format_timestamp(s.end)
-        cues.append(f"{start} --> {end}\n{s.text.strip().replace('-->', '->')}\n")
+        who = f"<v {_voice(speakers[index])}>" if speakers is not None else ""
+        cues.append(f"{start} --> {end}\n{who}{s.text.strip().replace('-->', '->')}\n")
     return "\n".join(cues)
+
+
+def _voice(speaker: str) -> str:
+    """A speaker's name as a cue can carry it (no markup characters, one line)."""
+    return " ".join(speaker.replace("<", "").replace(">", "").replace("&", "and").split())
 
 
 def words_list(segments: Iterable[Segment]) -> list[dict[str, Any]] | None:

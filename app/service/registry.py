@@ -115,11 +115,15 @@ class LoadedModel:
         return self._transcribe_audio(audio, job, t0, on_delta, cancel, on_segment)
 
     def transcribe_samples(
-        self, audio: np.ndarray, job: TranscriptionJob, cancel: threading.Event | None = None
+        self,
+        audio: np.ndarray,
+        job: TranscriptionJob,
+        cancel: threading.Event | None = None,
+        on_segment: Callable[[Segment], None] | None = None,
     ) -> TranscriptionResult:
         """`transcribe` for audio already decoded (f32 16 kHz mono, as a live protocol holds
         it); `job.audio` is not read."""
-        return self._transcribe_audio(audio, job, time.perf_counter(), None, cancel, None)
+        return self._transcribe_audio(audio, job, time.perf_counter(), None, cancel, on_segment)
 
     def _transcribe_audio(
         self,

@@ -15,18 +15,27 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from concurrent.futures import Future
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from pydantic import BaseModel
 
+from app.api import diarized  # diarization (H5)
 from app.api.auth import require_api_key
 from app.api.deps import MetricsDep, ModelsDep, PoolDep, SettingsDep
-from app.api.errors import APIError, UploadTooLargeError, to_api_error
+from app.api.errors import to_api_error
 from app.api.forms import AudioForm, audio_form
+from app.api.job_http import (
+    SSE_HEADERS,
+    Disconnected,
+    job_result,
+    outcome,
+    read_upload,
+    sse,
+    until_disconnect,
+)
 from app.api.metrics import Metrics, Stopwatch
 from app.api.schemas import (
     ERROR_RESPONSES,
@@ -37,6 +46,7 @@ from app.api.schemas import (
     TranscriptionJSON,
     TranscriptionVerboseJSON,
 )
+from app.api.speaker_form import SpeakerForm, speaker_form  # diarization (H5)
 from app.config import Settings
 from app.service import formats
 from app.service.jobs import TranscriptionJob, TranscriptionResult
@@ -51,8 +61,6 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/audio", tags=["audio"], dependencies=[Depends(require_api_key)])
 
 Task = Literal["transcribe", "translate"]
-T = TypeVar("T")
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 _RESPONSES: dict[int | str, dict[str, object]] = {
     200: {
@@ -68,10 +76,6 @@ _RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
-class Disconnected(Exception):
-    """The client went away before its answer was ready."""
-
-
 # ---- endpoints --------------------------------------------------------------------------------
 @router.post("/transcriptions", response_model=None, responses=_RESPONSES)
 async def create_transcription(
@@ -81,9 +85,14 @@ async def create_transcription(
     pool: PoolDep,
     settings: SettingsDep,
     metrics: MetricsDep,
+    speakers: Annotated[SpeakerForm | None, Depends(speaker_form)],  # diarization (H5)
     language: Annotated[str | None, Form(description="ISO-639-1 code; default: detect")] = None,
 ) -> Response:
     """Transcribe audio into the input language."""
+    if speakers is not None:  # diarization (H5): app/api/diarized.py
+        return await diarized.respond(
+            request, form, speakers, models, pool, settings, metrics, language
+        )
     return await _handle(
         request, form, models, pool, settings, metrics, task="transcribe", language=language
     )
@@ -97,8 +106,11 @@ async def create_translation(
     pool: PoolDep,
     settings: SettingsDep,
     metrics: MetricsDep,
+    speakers: Annotated[SpeakerForm | None, Depends(speaker_form)],  # diarization (H5)
 ) -> Response:
     """Translate audio into English."""
+    if speakers is not None:  # diarization (H5)
+        raise diarized.NOT_FOR_TRANSLATIONS
     return await _handle(
         request, form, models, pool, settings, metrics, task="translate", language=None
     )
@@ -169,63 +181,6 @@ async def _transcribe(
     return _format(result, form, loaded)
 
 
-async def job_result(future: Future[T], cancel: threading.Event) -> T:
-    """The job's result; cancelling the wait drops a waiting job or stops a running one."""
-    try:
-        return await asyncio.wrap_future(future)
-    except asyncio.CancelledError:
-        cancel.set()
-        future.cancel()
-        raise
-
-
-def outcome(error: Exception) -> str:
-    """Metrics label of a failed job: "rejected" (the client's fault, 4xx) or "error" (5xx)."""
-    return "rejected" if to_api_error(error).status_code < 500 else "error"
-
-
-async def read_upload(file: UploadFile, limit_bytes: int) -> bytes:
-    """The uploaded bytes, refusing more than `limit_bytes` (the body limit has overhead)."""
-    if file.size is not None and file.size > limit_bytes:
-        raise UploadTooLargeError(limit_bytes)
-    data = await file.read(limit_bytes + 1)
-    if len(data) > limit_bytes:
-        raise UploadTooLargeError(limit_bytes)
-    if not data:
-        raise APIError(400, "The uploaded file is empty", param="file", code="empty_file")
-    return data
-
-
-async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
-    """Await `awaitable`; if the client disconnects first, cancel it and raise `Disconnected`.
-
-    Cancelling `pool.run(...)` drops a waiting job or sets the running job's cancel event.
-    """
-    task = asyncio.ensure_future(awaitable)
-    watcher = asyncio.ensure_future(wait_for_disconnect(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
-        watcher.cancel()
-        raise
-    if task.done():
-        watcher.cancel()
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
-    raise Disconnected
-
-
-async def wait_for_disconnect(request: Request) -> None:
-    """Return when the client closes the connection (the body has been read already)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 def _format(result: TranscriptionResult, form: AudioForm, loaded: LoadedModel) -> Response:
     match form.response_format:
         case "json":
@@ -245,11 +200,6 @@ def _format(result: TranscriptionResult, form: AudioForm, loaded: LoadedModel) -
 
 
 # ---- SSE ----------------------------------------------------------------------------------------
-def sse(event: BaseModel, *, compact: bool = False) -> bytes:
-    """One SSE message; `compact` leaves out fields that are None (optional extensions)."""
-    return f"data: {event.model_dump_json(exclude_none=compact)}\n\n".encode()
-
-
 async def _stream(
     request: Request,
     lease: Lease,

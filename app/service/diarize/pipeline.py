@@ -12,10 +12,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
+from app.engine.speakers import SpeakerModels, TooLittleSpeech
+from app.engine.speakers.segmentation import FRAME_DURATION_S, FRAME_STEP_S, WINDOW_SAMPLES
 from app.runtime.contract import SAMPLE_RATE
 from app.service.diarize.activity import UNASSIGNED, FrameGrid, Turn, clean_frames, speaker_turns
 from app.service.diarize.attribution import SpeakerSegment, speaker_labels, speaker_segments
@@ -24,34 +25,22 @@ from app.service.results import Segment
 from app.service.transcriber import TranscriptionCancelled
 
 MIN_MASK_FRAMES = 3  # fewer clean frames than this: embed over all the speaker's frames
-
-
-class Segmentation(Protocol):
-    """Local speaker activity [windows, frames, speakers] of sliding windows over the audio."""
-
-    grid: FrameGrid
-    window_samples: int
-
-    def __call__(self, audio: np.ndarray) -> np.ndarray: ...
-
-    def window_starts(self, windows: int) -> np.ndarray: ...
-
-
-class Embedding(Protocol):
-    """A unit speaker embedding [d] of audio, weighted by a per-frame mask of the segmentation's
-    frames (None: all of it)."""
-
-    def __call__(self, audio: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray: ...
+GRID = FrameGrid(step_s=FRAME_STEP_S, duration_s=FRAME_DURATION_S)
 
 
 @dataclass(frozen=True)
 class DiarizationOptions:
+    step_s: float = 5.0  # between segmentation windows (pyannote: 1.0; 5 s costs a fifth)
     clustering: ClusteringOptions = field(default_factory=ClusteringOptions)
     min_clean_fraction: float = 0.2  # pyannote 3.1's min_active_ratio
     known_threshold: float = 0.5  # cosine similarity that names a cluster after a reference
 
     def __post_init__(self) -> None:
-        if not (0.0 <= self.min_clean_fraction <= 1.0 and -1.0 <= self.known_threshold <= 1.0):
+        if not (
+            0.0 < self.step_s <= 10.0
+            and 0.0 <= self.min_clean_fraction <= 1.0
+            and -1.0 <= self.known_threshold <= 1.0
+        ):
             raise ValueError(f"invalid diarization options {self}")
 
 
@@ -77,11 +66,9 @@ class KnownSpeaker:
 class Diarizer:
     """Who speaks when in 16 kHz mono f32 audio (blocking; run it on a worker thread)."""
 
-    def __init__(
-        self, segmentation: Segmentation, embedding: Embedding, options: DiarizationOptions
-    ) -> None:
-        self.segmentation = segmentation
-        self.embedding = embedding
+    def __init__(self, models: SpeakerModels, options: DiarizationOptions) -> None:
+        self.segmentation = models.segmentation
+        self.embedding = models.embedding
         self.options = options
 
     def __call__(
@@ -92,8 +79,8 @@ class Diarizer:
     ) -> Diarization:
         activity = self.segmentation(audio)
         windows, frames, local = activity.shape
-        starts = self.segmentation.window_starts(windows)
-        step = self.segmentation.window_samples
+        starts = self.segmentation.window_starts(len(audio))
+        step = WINDOW_SAMPLES
         clean = clean_frames(activity)
         talking = activity.astype(bool)
         embeddings = np.full((windows * local, 0), np.nan)
@@ -108,7 +95,10 @@ class Diarizer:
                     continue
                 n_clean = int(clean[c, :, s].sum())
                 mask = clean[c, :, s] if n_clean >= MIN_MASK_FRAMES else talking[c, :, s]
-                vector = self.embedding(window, mask.astype(np.float32))
+                try:
+                    vector = self.embedding(window, mask.astype(np.float32))
+                except TooLittleSpeech:
+                    continue  # a few frames only: left out of the clustering
                 if embeddings.shape[1] == 0:
                     embeddings = np.full((windows * local, vector.shape[0]), np.nan)
                 embeddings[c * local + s] = vector
@@ -119,7 +109,7 @@ class Diarizer:
         labels = clusters.labels.reshape(windows, local)
         labels[~talking.any(axis=1)] = UNASSIGNED
         duration = len(audio) / SAMPLE_RATE
-        turns = speaker_turns(activity, labels, starts, self.segmentation.grid, duration)
+        turns = speaker_turns(activity, labels, starts, GRID, duration)
         return Diarization(turns, clusters.centroids)
 
     def reference(self, clip: np.ndarray) -> np.ndarray:

@@ -1,0 +1,200 @@
+"""Who said what, through the official `openai` SDK on the live server (issue 33).
+
+The conversation is made here from the repository's LibriSpeech clips: speaker 1089 ("stuff it
+into you ..."), speaker 2412 ("if the reader will excuse me ..."), speaker 1089 again ("he could
+wait no longer"), 0.6 s apart. Known speakers are named by a reference clip from another of
+1089's utterances.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+from openai.types.audio import TranscriptionDiarized
+
+from tests.api.conftest import (
+    JFK_WAV,
+    LiveServer,
+    assert_openai_error,
+    normalise,
+)
+from tests.api.subtitles import parse_vtt
+from tests.conftest import AUDIO
+
+pytestmark = pytest.mark.timeout(300)
+
+RATE = 16000
+GAP_S = 0.6
+PARTS = ("1089-134686-0001.flac", "2412-153948-0000.flac", "1089-134691-0000.flac")
+EMPTY_WAV = AUDIO / "picovoice_empty.wav"
+
+
+@dataclass(frozen=True)
+class Conversation:
+    wav: bytes
+    spans: tuple[tuple[float, float], ...]  # each part's (start, end) seconds
+
+    def part_at(self, start: float, end: float) -> int:
+        """The part a stretch lies in most."""
+        shared = [min(end, b) - max(start, a) for a, b in self.spans]
+        return int(np.argmax(shared))
+
+
+def _read(name: str) -> np.ndarray:
+    audio, rate = sf.read(AUDIO / name, dtype="float32")
+    assert rate == RATE
+    return audio
+
+
+def _wav(audio: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    sf.write(out, audio, RATE, format="WAV", subtype="PCM_16")
+    return out.getvalue()
+
+
+def _data_url(audio: np.ndarray) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(_wav(audio)).decode()
+
+
+@pytest.fixture(scope="module")
+def conversation() -> Conversation:
+    pieces, spans, t = [], [], 0.0
+    for name in PARTS:
+        audio = _read(name)
+        pieces += [audio, np.zeros(int(GAP_S * RATE), np.float32)]
+        spans.append((t, t + len(audio) / RATE))
+        t += len(audio) / RATE + GAP_S
+    return Conversation(_wav(np.concatenate(pieces)), tuple(spans))
+
+
+@pytest.fixture(scope="module")
+def client(server: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url("/v1"), api_key="unused", max_retries=0, timeout=180)
+
+
+def _stephen() -> str:
+    """A reference clip of speaker 1089 (8 s of another utterance than the conversation's)."""
+    return _data_url(_read("1089-134686-0000.flac")[: 8 * RATE])
+
+
+def test_two_speakers_take_turns_in_openais_diarized_shape(
+    client: openai.OpenAI, conversation: Conversation
+) -> None:
+    result = client.audio.transcriptions.create(
+        model="tiny.en", file=("talk.wav", conversation.wav), response_format="diarized_json"
+    )
+    assert isinstance(result, TranscriptionDiarized)
+    assert result.task == "transcribe"
+    assert abs(result.duration - conversation.spans[-1][1] - GAP_S) < 0.01
+    assert all(s.type == "transcript.text.segment" for s in result.segments)
+    assert len({s.id for s in result.segments}) == len(result.segments)
+    by_part: dict[int, set[str]] = {}
+    for s in result.segments:
+        by_part.setdefault(conversation.part_at(s.start, s.end), set()).add(s.speaker)
+    assert by_part == {0: {"A"}, 1: {"B"}, 2: {"A"}}, result.segments
+    b_text = normalise(" ".join(s.text for s in result.segments if s.speaker == "B"))
+    assert b_text.startswith("if the reader will excuse me") and "stuff" not in b_text
+    assert normalise(result.text).startswith("stuff it into you")
+
+
+def test_known_speakers_are_named_and_segments_stream(
+    client: openai.OpenAI, conversation: Conversation
+) -> None:
+    stream = client.audio.transcriptions.create(
+        model="gpt-4o-transcribe-diarize",
+        file=("talk.wav", conversation.wav),
+        response_format="diarized_json",
+        known_speaker_names=["stephen"],
+        known_speaker_references=[_stephen()],
+        chunking_strategy="auto",
+        stream=True,
+    )
+    events = list(stream)
+    assert events[-1].type == "transcript.text.done"
+    segments = [e for e in events[:-1] if e.type == "transcript.text.segment"]
+    assert len(segments) == len(events) - 1
+    speakers = [(conversation.part_at(e.start, e.end), e.speaker) for e in segments]
+    assert {p: s for p, s in speakers} == {0: "stephen", 1: "A", 2: "stephen"}, speakers
+    assert len(set(speakers)) == 3  # each part one speaker
+    assert normalise(" ".join(e.text for e in segments)) == normalise(events[-1].text)
+
+
+def test_vtt_and_verbose_json_carry_the_speaker_with_diarize(
+    client: openai.OpenAI, conversation: Conversation
+) -> None:
+    vtt = client.audio.transcriptions.create(
+        model="tiny.en",
+        file=("talk.wav", conversation.wav),
+        response_format="vtt",
+        extra_body={"diarize": "true", "num_speakers": "2"},
+    )
+    cues = parse_vtt(vtt)
+    assert [c.text.startswith(("<v A>", "<v B>")) for c in cues] == [True] * len(cues)
+    assert any(c.text.startswith("<v B>if the reader") for c in cues), vtt
+    verbose = client.audio.transcriptions.create(
+        model="tiny.en",
+        file=("talk.wav", conversation.wav),
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+        extra_body={"diarize": "true"},
+    )
+    words = [w.model_dump() for w in verbose.words or ()]
+    assert words and all(w["speaker"] in ("A", "B") for w in words)
+    for w in words:
+        assert w["speaker"] == "AB"[conversation.part_at(w["start"], w["end"]) % 2], w
+    assert {s.model_dump()["speaker"] for s in verbose.segments or ()} == {"A", "B"}
+
+
+def test_silence_has_no_speaker_and_is_no_error(client: openai.OpenAI) -> None:
+    result = client.audio.transcriptions.create(
+        model="tiny.en", file=EMPTY_WAV.open("rb"), response_format="diarized_json"
+    )
+    assert len({s.speaker for s in result.segments}) <= 1
+
+
+def _post(server: LiveServer, files: dict, **data: object) -> httpx.Response:
+    return httpx.post(
+        server.url("/v1/audio/transcriptions"),
+        files={"file": ("jfk.wav", JFK_WAV.read_bytes()), **files},
+        data={"model": "tiny.en", "response_format": "diarized_json", **data},
+        timeout=60,
+    )
+
+
+REFERENCES = "known_speaker_references[]"
+
+
+def _known(reference: str) -> dict[str, list[str]]:
+    return {"known_speaker_names[]": ["ann"], REFERENCES: [reference]}
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "says"),
+    [
+        ({"known_speaker_names[]": ["ann"]}, REFERENCES, "same number"),
+        (_known("not a url"), REFERENCES, "data URL"),
+        (_known("data:audio/wav;base64,aGVsbG8="), REFERENCES, "not audio"),  # b"hello"
+        (_known(_data_url(np.zeros(RATE, np.float32))), REFERENCES, "2 to 10 s"),
+        ({"timestamp_granularities[]": ["word"]}, "timestamp_granularities[]", "verbose_json"),
+        ({"num_speakers": "0"}, "num_speakers", ""),
+        ({"min_speakers": "3", "max_speakers": "2"}, "min_speakers", "must not exceed"),
+    ],
+)
+def test_bad_speaker_fields_are_a_400_naming_the_field(
+    server: LiveServer, fields: dict, param: str, says: str
+) -> None:
+    error = assert_openai_error(_post(server, {}, **fields), 400, param)
+    assert says in error["message"]
+
+
+def test_speaker_fields_without_diarization_are_refused(server: LiveServer) -> None:
+    response = _post(server, {}, response_format="json", num_speakers="2")
+    error = assert_openai_error(response, 400, "num_speakers")
+    assert "diarized_json" in error["message"]

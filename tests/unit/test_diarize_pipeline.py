@@ -1,0 +1,85 @@
+"""The diarization pipeline on the built speaker models and real speech (LibriSpeech speakers
+1089 and 2412 taking turns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.engine.audio import decode_audio
+from app.engine.speakers import load_speaker_models
+from app.runtime.sessions import RuntimeOptions
+from app.service.diarize.clustering import SpeakerHints
+from app.service.diarize.job import load_diarizer
+from app.service.diarize.pipeline import Diarization, DiarizationOptions, Diarizer
+from app.service.errors import Rejected
+from tests.conftest import AUDIO, MODELS_DIR
+
+RATE = 16000
+PARTS = ("1089-134686-0001.flac", "2412-153948-0000.flac", "1089-134691-0000.flac")
+
+
+@pytest.fixture(scope="module")
+def diarizer() -> Diarizer:
+    options = DiarizationOptions()
+    models = load_speaker_models(MODELS_DIR, RuntimeOptions(ep="cpu"), step_s=options.step_s)
+    return Diarizer(models, options)
+
+
+@pytest.fixture(scope="module")
+def talk() -> tuple[np.ndarray, list[tuple[float, float]]]:
+    pieces, spans, t = [], [], 0.0
+    for name in PARTS:
+        audio = decode_audio((AUDIO / name).read_bytes(), RATE)
+        pieces += [audio, np.zeros(int(0.6 * RATE), np.float32)]
+        spans.append((t, t + len(audio) / RATE))
+        t += len(audio) / RATE + 0.6
+    return np.concatenate(pieces), spans
+
+
+@pytest.fixture(scope="module")
+def found(diarizer: Diarizer, talk) -> Diarization:
+    return diarizer(talk[0], SpeakerHints())
+
+
+def test_turns_follow_the_speakers(found: Diarization, talk) -> None:
+    _, spans = talk
+    assert len(found.centroids) == 2
+    speakers = []
+    for a, b in spans:  # each clip: one speaker over most of it (clips have quiet edges)
+        inside = [t for t in found.turns if t.end > a and t.start < b]
+        assert len({t.speaker for t in inside}) == 1, (a, b, found.turns)
+        assert inside[0].start > a - 0.3 and inside[-1].end < b + 0.3, (a, b, found.turns)
+        assert sum(t.end - t.start for t in inside) > b - a - 1.2, (a, b, found.turns)
+        speakers.append(inside[0].speaker)
+    assert speakers[0] == speakers[2] != speakers[1]
+
+
+def test_a_reference_clip_matches_its_speakers_cluster(
+    diarizer: Diarizer, found: Diarization
+) -> None:
+    other = decode_audio((AUDIO / "1089-134686-0000.flac").read_bytes(), RATE)[: 8 * RATE]
+    labels = found.labels([("stephen", diarizer.reference(other))], 0.5)
+    first = found.turns[0].speaker
+    assert labels == {first: "stephen", 1 - first: "A"}
+
+
+def test_a_hint_of_one_speaker_gives_one(diarizer: Diarizer, talk) -> None:
+    audio, _ = talk
+    found = diarizer(audio, SpeakerHints(num_speakers=1))
+    assert {t.speaker for t in found.turns} == {0}
+
+
+def test_silence_has_no_turns(diarizer: Diarizer) -> None:
+    found = diarizer(np.zeros(5 * RATE, np.float32), SpeakerHints())
+    assert found.turns == ()
+
+
+def test_without_the_models_diarization_is_refused_as_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(Rejected) as refused:
+        load_diarizer(tmp_path, RuntimeOptions(ep="cpu"))
+    assert refused.value.kind == "unavailable"  # REST: 503
+    assert "the diarization models are not built" in refused.value.message
+    assert "python -m app.export speakers" in refused.value.message
