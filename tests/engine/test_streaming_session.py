@@ -8,7 +8,6 @@ import itertools
 import numpy as np
 import pytest
 
-from app.engine.decoding_types import DecodingResult
 from app.engine.vad import SileroVad, VadOptions
 from app.engine.vad_spans import spans_from_probs
 from app.runtime.contract import SAMPLE_RATE
@@ -21,8 +20,6 @@ from app.service.live import (
     StreamingSession,
     StreamSegment,
 )
-from app.service.live.units import PassSegment
-from app.service.live.window_pass import Pass
 from app.service.transcriber import Transcriber
 from tests.conftest import MODELS_DIR, not_built
 from tests.engine.conftest import EMPTY, JFK, clip, normalise
@@ -140,87 +137,6 @@ def test_step_option_sets_the_pass_rate(tiny_tr: Transcriber, vad: SileroVad) ->
         counts[step] = session.stats().passes
         assert "fellow americans" in normalise(session.text)
     assert counts[2.0] < counts[1.0]
-
-
-def _fake_pass(session: StreamingSession, segment_end: float, *, closed: bool = True) -> Pass:
-    """A pass over the buffered audio whose one segment ends at `segment_end` (s)."""
-    tok = session.tokenizer
-    text = tok.encode(" we are on zoom")
-    seg = PassSegment(0.0, segment_end, tuple(text), closed)
-    words = session.passes._words([seg], session._buf.start / 16000, None)
-    result = DecodingResult(tuple(text), " we are on zoom", -0.1, -0.5, 0.0, 0.0, 1.0, "en")
-    return Pass(words, [seg], session._buf.start, session._buf.end, result)
-
-
-def test_a_pass_that_stops_early_cuts_the_buffer(tiny_tr: Transcriber) -> None:
-    """Whisper sometimes ends its text seconds before the audio ends, and keeps doing so as the
-    buffer grows: once all its words are committed, the buffer is cut after them so the next
-    pass decodes the skipped speech (the 60 s clip lost 12 words to this with base)."""
-    session = StreamingSession(tiny_tr, StreamingOptions(language="en", vad=None), None)
-    session.append(np.zeros(16000 * 8, np.float32))
-    session.advance()
-    stalled = _fake_pass(session, segment_end=5.0)
-    session.context.committed = list(stalled.words)
-    assert session.context.settle(stalled, len(stalled.words), forced=False).stalled
-    assert session._buf.start == 5 * 16000 and session.context.committed == []
-
-    # a last segment that ends with the audio may still grow: no cut; it is not forced whole
-    # (LocalAgreement decodes it again; AlignAtt forces its committed words, without its end)
-    for policy in ("local_agreement", "alignatt"):
-        options = StreamingOptions(language="en", vad=None, policy=policy)  # type: ignore[arg-type]
-        session = StreamingSession(tiny_tr, options, None)
-        session.append(np.zeros(16000 * 8, np.float32))
-        session.advance()
-        growing = _fake_pass(session, segment_end=7.5)
-        session.context.committed = list(growing.words)
-        settled = session.context.settle(growing, len(growing.words), forced=False)
-        assert not settled.cut and not settled.stalled
-        assert session._buf.start == 0
-        forced = session.context.prefix
-        if policy == "local_agreement":
-            assert forced == []
-        else:
-            assert [(s.tokens, s.closed) for s in forced] == [(growing.segments[0].tokens, False)]
-            tokens, n_words = session.context.prefix_tokens()
-            assert n_words == 4 and tokens[0] == session.tokenizer.timestamp_begin  # no end
-
-
-def test_text_that_stops_long_before_the_audio_is_committed_and_the_rest_kept(
-    tiny_tr: Transcriber, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A pass whose text ends 1.5 s or more before its audio, in a segment the decoder did not
-    close (after a long forced prefix Whisper does that pass after pass; AlignAtt would wait for
-    a word after the last one forever): its words are committed and the buffer is cut after
-    them, so the next pass decodes the speech after — instead of the buffer, once full, being
-    dropped with it (the 60 s clip lost 17 words so: tiny.en, live at real-time pace)."""
-    committed: list[str] = []
-
-    def on_event(event: StreamEvent) -> None:
-        if isinstance(event, CommittedText):
-            committed.append(event.text)
-
-    options = StreamingOptions(language="en", vad=None, policy="alignatt")
-    session = StreamingSession(tiny_tr, options, None, on_event)
-    session.append(np.zeros(16000 * 8, np.float32))
-    assert session.advance()
-    stalled = _fake_pass(session, segment_end=5.0, closed=False)
-    monkeypatch.setattr(session.passes, "run", lambda *_a, **_k: stalled)
-    session.decode()
-    assert normalise("".join(committed)) == "we are on zoom"
-    assert (session._buf.start, session._buf.end) == (5 * 16000, 8 * 16000)
-
-    # the same when every word is committed already (LocalAgreement agreed on all of them):
-    # nothing new to commit, and the speech after them is still decoded afresh
-    options = StreamingOptions(language="en", vad=None, policy="local_agreement")
-    session = StreamingSession(tiny_tr, options, None, on_event)
-    session.append(np.zeros(16000 * 8, np.float32))
-    assert session.advance()
-    stalled = _fake_pass(session, segment_end=5.0, closed=False)
-    session.context.committed = list(stalled.words)
-    monkeypatch.setattr(session.passes, "run", lambda *_a, **_k: stalled)
-    session.decode()
-    assert (session._buf.start, session._buf.end) == (5 * 16000, 8 * 16000)
-    assert session.context.committed == []
 
 
 def commit_lags(transcriber: Transcriber, vad: SileroVad, policy: str) -> tuple[list[float], str]:

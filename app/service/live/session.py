@@ -12,7 +12,10 @@ How:
                               buffer = contiguous audio not yet cut away (<= one 30 s window)
     decode(): every `step_s` of new speech: one pass over the whole buffer (`window_pass`);
               the commit policy (`policy`: LocalAgreement-2 or AlignAtt) says how many of the
-              words after the committed ones become final.
+              words after the committed ones become final. What is committed is data
+              (`commits.Commits`): `commits.plan` gives the pass's forced prefix, `commits.step`
+              / `commits.finalize` apply its result; the session executes what they return
+              (commit, cut the buffer, show the partial).
 
 - Committed segments are not decoded again: the closed segments whose words are all committed
   are forced as the decoder prefix of the next pass (one prefill call instead of a step per
@@ -47,8 +50,9 @@ import numpy as np
 
 from app.engine.vad import SileroVad, VadStream
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.service.live import commits
 from app.service.live.admission import AudioBuffer, Inbox
-from app.service.live.context import STALL_S, BufferContext, closed_words
+from app.service.live.commits import Commits
 from app.service.live.events import (
     BufferCleared,
     Finalized,
@@ -60,7 +64,6 @@ from app.service.live.events import (
 from app.service.live.options import StreamingOptions
 from app.service.live.policy import make_policy
 from app.service.live.transcript import Transcript
-from app.service.live.units import LiveWord
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
 from app.service.results import TimeSpent
 from app.service.transcriber import Transcriber
@@ -98,7 +101,7 @@ class StreamingSession:
         self.inbox = Inbox()
         self._buf = AudioBuffer(N_SAMPLES_PER_WINDOW + 2 * ADMIT_SLICE)
         self.transcript = Transcript(self.on_event)
-        self.context = BufferContext(self._buf, self.transcript, self.tokenizer, options)
+        self.commits = Commits()
 
         self._open = self._vad is None  # an utterance is being buffered
         self._utterance_start = 0  # absolute sample where the open utterance's speech began
@@ -106,8 +109,6 @@ class StreamingSession:
         self._final_until: int | None = None  # finalize the buffer up to this sample
         self._final_reason: FinalReason = "pause"  # None: a pause, the turn goes on
         self._decoded_until = 0  # end (absolute sample) of the audio the last pass covered
-        self._previous: list[LiveWord] = []  # uncommitted words of the last pass
-        self._last_pass: Pass | None = None  # the last pass, while the buffer is unchanged
         self._passes = 0
         self._skipped = 0
         self._decode = TimeSpent()
@@ -202,7 +203,7 @@ class StreamingSession:
                 self._speech_end = event.sample
                 self.on_event(SpeechStopped(round(event.sample / SAMPLE_RATE, 3)))
                 speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
-                if speech_s < vad.min_speech_s and not self._previous:
+                if speech_s < vad.min_speech_s and not self.commits.pending:
                     log.debug("ignored %.2f s of speech (shorter than min_speech_s)", speech_s)
                     self.on_event(Finalized("pause"))
                 elif not self._request_final(
@@ -211,16 +212,15 @@ class StreamingSession:
                     self.on_event(Finalized("pause"))
             elif event.kind == "pause" and self._open:
                 speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
-                if speech_s >= vad.min_speech_s or self._previous:
+                if speech_s >= vad.min_speech_s or self.commits.pending:
                     self._request_final(min(event.sample + pad, self._buf.end), None, speech=True)
         if not self._open and self._final_until is None:
             gap = self._buf.end - max(self._speech_end, self._buf.start)
             if self._nothing_to_keep() or gap > round(self.options.context_gap_s * SAMPLE_RATE):
-                if self.context.committed:
+                if self.commits.committed:
                     log.debug("context dropped after %.1f s of silence", gap / SAMPLE_RATE)
                 self._buf.drop_before(self._buf.end - preroll)  # keep the preroll only
-                self.context.forget()
-                self._last_pass = None
+                self.commits = self.commits.forget()
                 self._decoded_until = max(self._decoded_until, self._buf.start)
 
     def _restart_at(self, sample: int, clears: int) -> None:
@@ -228,8 +228,8 @@ class StreamingSession:
         the VAD starts afresh, and the stream goes on at absolute `sample`."""
         log.debug("cleared %.2f s of buffered audio", self._buf.length / SAMPLE_RATE)
         self._buf.restart(sample)
-        self.context.forget()
-        self._previous, self._last_pass, self._final_until = [], None, None
+        self.commits = self.commits.forget()
+        self._final_until = None
         self._decoded_until = sample
         if self._vad_model is not None:
             self._vad = self._new_vad()
@@ -247,7 +247,7 @@ class StreamingSession:
 
     def _nothing_to_keep(self) -> bool:
         """The buffer holds no words (committed context or pending) worth keeping."""
-        return not self.context.committed and not self._previous and self._final_until is None
+        return not self.commits.holds_words and self._final_until is None
 
     def _request_final(self, until: int, reason: FinalReason, *, speech: bool) -> bool:
         """Finalize the buffer up to `until` at the next pass (if it may hold words); False
@@ -258,7 +258,7 @@ class StreamingSession:
                 self._final_until = max(self._final_until, until)
                 self._final_reason = reason
             return True
-        if (speech and until > self._buf.start) or self._previous:
+        if (speech and until > self._buf.start) or self.commits.pending:
             log.debug("finalize (%s) at %.2f s", reason or "short pause", until / SAMPLE_RATE)
             self._final_until = max(until, self._buf.start)
             self._final_reason = reason
@@ -298,32 +298,18 @@ class StreamingSession:
         paused = self._vad.paused_since() if self._vad is not None else None
         quiet = paused is not None and self._decoded_until >= paused  # only silence came after
         for attempt in range(FINAL_PASSES):
-            decoded = self._last_pass if attempt == 0 else None
-            words = list(self._previous) if attempt == 0 else []
+            fresh = None
             stale = attempt > 0 or (self._decoded_until < until and not quiet)
             if stale and until - self._buf.start >= SAMPLE_RATE // 10:
-                fresh = self._run_pass(self._buf.view(until), cancel)
-                self._decoded_until = max(self._decoded_until, fresh.end)
-                if fresh.usable:
-                    decoded = fresh
-                    words = fresh.words[self.context.new_words_at(fresh.words) :]
-                # else: keep what the last good pass said
-            else:
-                log.debug("finalize without decoding: %d words", len(words))
-            self.transcript.commit(words)
-            self.context.committed = self.context.committed + words
-            self._previous = []
-            stalled = False
-            if decoded is not None and decoded.start == self._buf.start:
-                self.context.committed = list(decoded.words)
-                final_end_s = (until - decoded.start) / SAMPLE_RATE
-                reread = self._final_reason == "flush"  # a client's commit: read the end again
-                stalled = self.context.settle(
-                    decoded, len(decoded.words), forced=False, final_end_s=final_end_s,
-                    reread_last=reread,
-                ).stalled  # fmt: skip
-            self._last_pass = None
-            if not stalled or until - self._buf.start < SAMPLE_RATE // 2:
+                decoded = self._run_pass(self._buf.view(until), cancel)
+                self._decoded_until = max(self._decoded_until, decoded.end)
+                fresh = decoded if decoded.usable else None  # else: what the last pass said
+            self.commits, applied = commits.finalize(
+                self.commits, fresh, self._buf.start, until, self.options, self.tokenizer,
+                reread_last=self._final_reason == "flush",  # a client's commit: read it again
+            )  # fmt: skip
+            self._apply(applied)
+            if not applied.stalled or until - self._buf.start < SAMPLE_RATE // 2:
                 break
             log.debug(
                 "finalize: decoding the %.2f s the decoder skipped",
@@ -338,64 +324,36 @@ class StreamingSession:
     def _step(self, cancel: threading.Event | None) -> None:
         decoded = self._run_pass(self._buf.view(), cancel)
         self._decoded_until = decoded.end
-        self._last_pass = None
-        forced = decoded.seconds > self.options.max_buffer_s
-        if not decoded.usable:
-            if forced:  # a full buffer that gives no words: settle what there is, move on
-                self._commit_and_cut(self._previous, decoded.end)
-            self.transcript.partial_words(self._previous)
-            return
-        hyp = decoded.words
-        k = self.context.new_words_at(hyp)
-        new = hyp[k:]
-        # where the pass's text ends: audio after it is not written yet, and is never cut away
-        text_end = round(hyp[-1].end * SAMPLE_RATE) if hyp else decoded.end
-        if decoded.end - text_end >= round(STALL_S * SAMPLE_RATE):
-            # the decoder ended its text long before the audio's end, and would again (Whisper
-            # does that after a long forced prefix): its words are whole, the rest is new
-            log.debug("the text stops %.1f s before the audio's end: committed, cut there",
-                      (decoded.end - text_end) / SAMPLE_RATE)  # fmt: skip
-            self._commit_and_cut(new, text_end)
-            self.transcript.partial("")
-            return
-        agreed = self.policy.commit_count(new, self._previous, decoded.end / SAMPLE_RATE)
-        if forced:  # a full buffer: its closed segments are committed whatever the policy says
-            agreed = max(agreed, closed_words(decoded) - k)
-        self.transcript.commit(new[:agreed])
-        self.context.committed = hyp[: k + agreed]
-        self._previous = new[agreed:]
-        self._last_pass = decoded
-        if self.context.settle(decoded, k + agreed, forced=forced).cut:
-            self._last_pass = None
-        if forced and self._buf.length > round(self.options.max_buffer_s * SAMPLE_RATE):
-            # no segment boundary to cut at: commit the whole pass and start afresh after it
-            log.info("buffer of %.1f s has no committed segment end: committing it",
-                     decoded.seconds)  # fmt: skip
-            self._commit_and_cut(self._previous, text_end)
-        self.transcript.partial_words(self._previous)
+        self.commits, applied = commits.step(
+            self.commits, decoded, self.policy, self.options, self.tokenizer
+        )
+        self._apply(applied)
 
-    def _commit_and_cut(self, words: list[LiveWord], cut: int) -> None:
-        """Commit `words` and start afresh at absolute sample `cut`: no context, the audio
-        before it dropped; the next pass decodes what follows."""
-        self.transcript.commit(words)
-        self._previous = []
-        self.context.forget()
-        self._last_pass = None
-        self.transcript.close_segment()
-        self._buf.drop_before(min(max(cut, self._buf.start), self._buf.end))
+    def _apply(self, applied: commits.Applied) -> None:
+        """Execute what a pass's result says: commit, cut the buffer, show the partial."""
+        self.transcript.commit(applied.commit)
+        if applied.cut is not None:
+            self._buf.drop_before(applied.cut)
+            self.transcript.close_segment()
+        if applied.partial is not None:
+            self.transcript.partial_words(applied.partial)
 
     def _run_pass(self, audio: np.ndarray, cancel: threading.Event | None) -> Pass:
         """Decode the buffer's audio (up to some end); the committed closed segments are forced
         as a prefix (not decoded again)."""
-        prefix, prefix_words = self.context.prefix_tokens()
-        prompt = self._prompt + self.context.committed_prompt()
-        skip = max(len(self.context.committed) - prefix_words, 0)
-        request = PassRequest(audio, self._buf.start, prompt, prefix)
+        plan = commits.plan(self.commits, self.tokenizer)
+        request = PassRequest(audio, self._buf.start, self._prompt + self._committed_prompt(),
+                              plan.prefix)  # fmt: skip
         with self._decode:
             decoded = self.passes.run(
-                request, self.transcript.token_feed(self.tokenizer, skip), cancel
+                request, self.transcript.token_feed(self.tokenizer, plan.skip), cancel
             )
         log.debug("pass over %.2f s took %.0f ms", decoded.seconds, 1e3 * self._decode.last)
         self._passes += 1
         self._skipped += decoded.result is None or decoded.result.looped
         return decoded
+
+    def _committed_prompt(self) -> tuple[int, ...]:
+        if not self.options.condition_on_committed or self.transcript.empty:
+            return ()
+        return tuple(self.tokenizer.encode(self.transcript.tail(400))[-100:])

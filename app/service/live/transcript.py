@@ -7,7 +7,6 @@ token while a pass decodes (`token_feed`), then the pass's words that were not c
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 
 from app.engine.tokenizer import Tokenizer
@@ -18,8 +17,7 @@ from app.service.live.units import LiveWord, is_cjk, split_units
 class Transcript:
     def __init__(self, on_event: Callable[[StreamEvent], None]) -> None:
         self.on_event = on_event
-        self.end = 0.0  # stream seconds where the committed text ends
-        self.recent: deque[LiveWord] = deque(maxlen=5)  # the last committed words
+        self._end = 0.0  # stream seconds where the committed text ends (event times)
         self.n_words = 0
         self._text: list[str] = []
         self._segment_words: list[LiveWord] = []  # committed since the last StreamSegment
@@ -46,10 +44,9 @@ class Transcript:
             text = text.lstrip()
         elif not text[:1].isspace() and not is_cjk(text[:1]):
             text = " " + text
-        start = max(words[0].start, self.end)
+        start = max(words[0].start, self._end)
         end = max(words[-1].end, start)
-        self.end = end
-        self.recent.extend(words)
+        self._end = end
         self._text.append(text)
         self.n_words += len(words)
         self._segment_words.extend(words)

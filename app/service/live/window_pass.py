@@ -23,6 +23,7 @@ from app.engine.decoding import DecodingTask
 from app.engine.decoding_types import DecodingCancelled, DecodingOptions, DecodingResult
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
 from app.engine.timing import TextClock, frame_levels, group_words, start_at_speech
+from app.engine.tokenizer import Tokenizer
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.live.options import StreamingOptions
 from app.service.live.units import LiveWord, PassSegment, split_segments, split_units, word_key
@@ -131,48 +132,48 @@ class PassRunner:
             groups = group_words(timed, [len(s.tokens) for s in segments])
             start_at_speech([group[0] for group in groups if group], frame_levels(features))
             clock = TextClock(timed)
-        words = self._words(segments, start / SAMPLE_RATE, clock)
+        words = pass_words(tok, segments, start / SAMPLE_RATE, clock)
         log.debug(
             "pass over %.2f s: prefix %d tokens, %d new, %d segments, %d words",
             duration, len(prefix), len(result.tokens), len(segments), len(words),
         )  # fmt: skip
         return Pass(words, segments, start, end, result)
 
-    def _words(
-        self, segments: list[PassSegment], offset_s: float, clock: TextClock | None
-    ) -> list[LiveWord]:
-        """Words of every segment, timed by `clock` (measured, over the segments' joined text)
-        or else spread over their segment by character count."""
-        texts = [self.tokenizer.decode(seg.tokens) for seg in segments]
-        if clock is not None and clock.text != "".join(texts):
-            log.warning("aligned words do not spell the pass's text; word times estimated")
-            clock = None
-        words: list[LiveWord] = []
-        char = 0  # where this segment's text starts in the joined text
-        for index, (seg, text) in enumerate(zip(segments, texts, strict=True)):
-            units = split_units(text)
-            total = sum(len(u.strip()) for u in units) or 1
-            span = seg.end - seg.start
-            done = 0
-            at = 0  # where the unit is in this segment's text
-            for unit in units:
-                size = len(unit.strip())
-                at = text.index(unit, at)
-                peak = probability = None
-                if clock is not None:
-                    first = char + at + len(unit) - len(unit.lstrip())
-                    last = char + at + len(unit.rstrip()) - 1
-                    begin, finish = clock.span(first, last)
-                    begin, finish = offset_s + begin, offset_s + finish
-                    peak = offset_s + clock.peak(first, last)
-                    probability = clock.probability(first, last)
-                else:
-                    begin = offset_s + seg.start + span * done / total
-                    finish = offset_s + seg.start + span * (done + size) / total
-                done += size
-                at += len(unit)
-                words.append(
-                    LiveWord(unit, word_key(unit), begin, finish, index, peak, probability)
-                )
-            char += len(text)
-        return words
+
+def pass_words(
+    tokenizer: Tokenizer, segments: list[PassSegment], offset_s: float, clock: TextClock | None
+) -> list[LiveWord]:
+    """Words of every segment (`offset_s`: stream seconds of the pass's start), timed by
+    `clock` (measured, over the segments' joined text) or else spread over their segment by
+    character count."""
+    texts = [tokenizer.decode(seg.tokens) for seg in segments]
+    if clock is not None and clock.text != "".join(texts):
+        log.warning("aligned words do not spell the pass's text; word times estimated")
+        clock = None
+    words: list[LiveWord] = []
+    char = 0  # where this segment's text starts in the joined text
+    for index, (seg, text) in enumerate(zip(segments, texts, strict=True)):
+        units = split_units(text)
+        total = sum(len(u.strip()) for u in units) or 1
+        span = seg.end - seg.start
+        done = 0
+        at = 0  # where the unit is in this segment's text
+        for unit in units:
+            size = len(unit.strip())
+            at = text.index(unit, at)
+            peak = probability = None
+            if clock is not None:
+                first = char + at + len(unit) - len(unit.lstrip())
+                last = char + at + len(unit.rstrip()) - 1
+                begin, finish = clock.span(first, last)
+                begin, finish = offset_s + begin, offset_s + finish
+                peak = offset_s + clock.peak(first, last)
+                probability = clock.probability(first, last)
+            else:
+                begin = offset_s + seg.start + span * done / total
+                finish = offset_s + seg.start + span * (done + size) / total
+            done += size
+            at += len(unit)
+            words.append(LiveWord(unit, word_key(unit), begin, finish, index, peak, probability))
+        char += len(text)
+    return words

@@ -1,0 +1,172 @@
+"""Live commits as data (`app.service.live.commits`): a pass's result applied to the frozen
+commit state, on word lists. Only the tokenizer is real (segments hold token ids); no model, no
+audio, no session."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.engine.decoding_types import DecodingResult
+from app.engine.tokenizer import Tokenizer
+from app.runtime.contract import SAMPLE_RATE
+from app.service.live import commits
+from app.service.live.commits import Commits
+from app.service.live.options import StreamingOptions
+from app.service.live.policy import AlignAtt, LocalAgreement
+from app.service.live.units import PassSegment
+from app.service.live.window_pass import Pass, pass_words
+
+ALIGNATT = StreamingOptions(language="en", vad=None)
+AGREEMENT = StreamingOptions(language="en", vad=None, policy="local_agreement")
+
+
+def make_pass(
+    tok: Tokenizer,
+    segments: list[tuple[float, float, str, bool]],
+    seconds: float,
+    start_s: float = 0.0,
+    unsure: str = "",
+) -> Pass:
+    """A pass over `seconds` of audio from stream second `start_s`: segments (start, end, text,
+    closed) in seconds from the pass start; each word's attention peak is its end, its
+    probability 0.9 (0.3 for the words in `unsure`)."""
+    segs = [PassSegment(a, b, tuple(tok.encode(text)), closed) for a, b, text, closed in segments]
+    words = [
+        replace(w, peak=w.end, probability=0.3 if w.key in unsure.split() else 0.9)
+        for w in pass_words(tok, segs, start_s, None)
+    ]
+    tokens = tuple(t for s in segs for t in s.tokens)
+    result = DecodingResult(tokens, tok.decode(tokens), -0.1, -0.5, 0.0, 0.0, 1.0, "en")
+    start = round(start_s * SAMPLE_RATE)
+    return Pass(words, segs, start, start + round(seconds * SAMPLE_RATE), result)
+
+
+def texts(words) -> str:
+    return "".join(w.text for w in words).strip()
+
+
+def test_alignatt_commits_before_the_edge_and_forces_what_it_committed(tiny_tok: Tokenizer) -> None:
+    decoded = make_pass(tiny_tok, [(0.0, 4.0, " and so my fellow americans", False)], 4.0)
+    state, applied = commits.step(Commits(), decoded, AlignAtt(0.7), ALIGNATT, tiny_tok)
+    # the words spread over 4 s by characters, peaks at their ends: the last word waits
+    assert texts(applied.commit) == "and so my fellow"
+    assert texts(state.committed) == "and so my fellow" and texts(state.pending) == "americans"
+    assert applied.partial == state.pending and applied.cut is None
+    assert state.last is decoded and state.end_s == decoded.words[3].end
+    # the next pass repeats the committed words as a forced prefix: the open segment's opening
+    # timestamp and their tokens, no closing timestamp; none of them shown as partial again
+    plan = commits.plan(state, tiny_tok)
+    assert plan.prefix == (tiny_tok.timestamp_begin, *tiny_tok.encode(" and so my fellow"))
+    assert plan.skip == 0
+
+    # the next pass reads on after them: only its new words count
+    later = make_pass(tiny_tok, [(0.0, 5.0, " and so my fellow americans ask not", False)], 5.0)
+    assert commits.new_words_at(state, later) == 4
+    state, applied = commits.step(state, later, AlignAtt(0.7), ALIGNATT, tiny_tok)
+    assert texts(applied.commit) == "americans"  # 'ask' ends 0.16 s into the edge
+    assert texts(state.committed) == "and so my fellow americans"
+
+
+def test_local_agreement_commits_what_two_passes_read(tiny_tok: Tokenizer) -> None:
+    first = make_pass(tiny_tok, [(0.0, 3.0, " and so my fellow", False)], 3.0)
+    state, applied = commits.step(Commits(), first, LocalAgreement(), AGREEMENT, tiny_tok)
+    assert applied.commit == () and texts(state.pending) == "and so my fellow"
+    second = make_pass(tiny_tok, [(0.0, 4.0, " and so my fellow americans", False)], 4.0)
+    state, applied = commits.step(state, second, LocalAgreement(), AGREEMENT, tiny_tok)
+    assert texts(applied.commit) == "and so my fellow" and texts(state.pending) == "americans"
+    assert commits.plan(state, tiny_tok).prefix == ()  # nothing forced: it decodes it again
+
+
+def test_an_unsure_word_waits_for_the_next_pass(tiny_tok: Tokenizer) -> None:
+    """The flaky jfk commit: one pass reads 'so am I' with low probability; it is not
+    committed until the next pass reads the same."""
+    misread = make_pass(tiny_tok, [(0.0, 4.0, " and so am i fellow americans", False)], 4.0,
+                        unsure="am")  # fmt: skip
+    state, applied = commits.step(Commits(), misread, AlignAtt(0.7), ALIGNATT, tiny_tok)
+    assert texts(applied.commit) == "and so" and texts(state.pending).startswith("am i")
+    read = make_pass(tiny_tok, [(0.0, 6.0, " and so my fellow americans ask", False)], 6.0)
+    state, applied = commits.step(state, read, AlignAtt(0.7), ALIGNATT, tiny_tok)
+    assert texts(applied.commit) == "my fellow americans"
+
+
+def test_text_that_stops_long_before_the_audio_is_committed_and_cut_there(
+    tiny_tok: Tokenizer,
+) -> None:
+    """After a long forced prefix Whisper may end its text seconds before the audio, pass after
+    pass (AlignAtt would wait for a word after the last one forever): its words are committed
+    and the buffer cut after them, so the next pass decodes the speech after."""
+    stalled = make_pass(tiny_tok, [(0.0, 5.0, " we are on zoom", False)], 8.0)
+    for policy, options in ((AlignAtt(0.7), ALIGNATT), (LocalAgreement(), AGREEMENT)):
+        state, applied = commits.step(Commits(), stalled, policy, options, tiny_tok)
+        assert texts(applied.commit) == "we are on zoom"
+        assert applied.cut == round(stalled.words[-1].end * SAMPLE_RATE) and applied.partial == ()
+        assert state.committed == state.pending == state.prefix == ()
+        assert texts(state.recent) == "we are on zoom"
+    # the same when every word is committed already: nothing new, the cut is still made
+    done = replace(Commits(), committed=tuple(stalled.words), end_s=stalled.words[-1].end)
+    state, applied = commits.step(done, stalled, LocalAgreement(), AGREEMENT, tiny_tok)
+    assert applied.commit == () and applied.cut is not None and state.committed == ()
+
+
+def test_a_closed_segment_the_decoder_stopped_after_cuts_the_buffer(tiny_tok: Tokenizer) -> None:
+    """Whisper sometimes closes a segment seconds before the audio ends and keeps doing so as
+    the buffer grows: once its words are committed, the buffer is cut after it."""
+    stalled = make_pass(tiny_tok, [(0.0, 5.0, " we are on zoom", True)], 8.0)
+    state = replace(Commits(), committed=tuple(stalled.words))
+    state, cut, was_stalled = commits.settle(
+        state, stalled, len(stalled.words), ALIGNATT, tiny_tok, forced=False
+    )
+    assert was_stalled and cut == 5 * SAMPLE_RATE and state.committed == ()
+    # a last segment that ends with the audio may still grow: no cut, not forced whole
+    growing = make_pass(tiny_tok, [(0.0, 7.5, " we are on zoom", True)], 8.0)
+    for options, forced in ((AGREEMENT, ()), (ALIGNATT, ((growing.segments[0].tokens, False),))):
+        state = replace(Commits(), committed=tuple(growing.words))
+        state, cut, was_stalled = commits.settle(
+            state, growing, len(growing.words), options, tiny_tok, forced=False
+        )
+        assert cut is None and not was_stalled
+        assert [(s.tokens, s.closed) for s in state.prefix] == list(forced)
+
+
+def test_a_long_buffer_is_cut_at_a_committed_segment_end(tiny_tok: Tokenizer) -> None:
+    decoded = make_pass(
+        tiny_tok,
+        [(0.0, 4.0, " one two three.", True), (4.0, 9.0, " four five six.", True),
+         (9.0, 12.0, " seven eight", False)],
+        12.0, start_s=3.0,
+    )  # fmt: skip
+    state, applied = commits.step(Commits(), decoded, AlignAtt(0.7), ALIGNATT, tiny_tok)
+    assert texts(applied.commit) == "one two three. four five six. seven"
+    # longer than trim_s (10 s): cut at the first segment end that keeps <= 5 s of context
+    assert applied.cut == round((3.0 + 9.0) * SAMPLE_RATE)
+    assert texts(state.committed) == "seven"  # the words before the cut are gone from it
+    assert [(s.start, s.closed) for s in state.prefix] == [(0.0, False)]  # shifted to the cut
+    assert state.last is None
+
+
+def test_finalize_commits_the_pending_words_and_closes_the_segment_at_the_pause(
+    tiny_tok: Tokenizer,
+) -> None:
+    decoded = make_pass(tiny_tok, [(0.0, 2.4, " ask not what your country", True)], 3.0)
+    state, applied = commits.step(Commits(), decoded, AlignAtt(0.7), ALIGNATT, tiny_tok)
+    assert texts(applied.commit) == "ask not what your"
+    until = round(2.8 * SAMPLE_RATE)
+    # no fresh pass: the last pass's pending words
+    final, applied = commits.finalize(
+        state, None, decoded.start, until, ALIGNATT, tiny_tok, reread_last=False
+    )
+    assert texts(applied.commit) == "country" and applied.cut is None
+    assert final.pending == () and final.last is None
+    assert [(s.end, s.closed) for s in final.prefix] == [(2.8, True)]  # closed at the pause
+    # a client's commit on text that trails off: its audio is read again, nothing forced
+    final, applied = commits.finalize(
+        state, None, decoded.start, until, ALIGNATT, tiny_tok, reread_last=True
+    )
+    assert texts(applied.commit) == "country" and final.prefix == ()
+    # a fresh pass up to the pause: its words after the committed ones
+    fresh = make_pass(tiny_tok, [(0.0, 2.6, " ask not what your country can", True)], 2.8)
+    final, applied = commits.finalize(
+        state, fresh, fresh.start, until, ALIGNATT, tiny_tok, reread_last=False
+    )
+    assert texts(applied.commit) == "country can"
+    assert texts(final.committed) == "ask not what your country can"
