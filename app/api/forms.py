@@ -13,7 +13,6 @@ from typing import Annotated
 
 from fastapi import File, Form, UploadFile
 
-from app.api.errors import APIError
 from app.api.schemas import Include, ResponseFormat, TimestampGranularity
 from app.service.errors import Rejected
 from app.service.options import Task, TranscriptionOptions, model_language, model_task
@@ -94,25 +93,22 @@ class AudioForm:
             and self.response_format != "verbose_json"
             and not self.stream  # the stream's deltas carry the words' times
         ):
-            raise APIError(
-                400,
+            raise Rejected(
+                "invalid_value",
                 "response_format must be set to verbose_json to use timestamp granularities",
                 param="timestamp_granularities[]",
-                code="invalid_value",
             )
         if self.include and self.response_format != "json":
-            raise APIError(
-                400,
+            raise Rejected(
+                "invalid_value",
                 "include[]=logprobs is only supported with response_format json",
                 param="include[]",
-                code="invalid_value",
             )
         if self.include and self.stream:
-            raise APIError(
-                400,
+            raise Rejected(
+                "invalid_value",
                 "include[]=logprobs is not supported with stream=true",
                 param="include[]",
-                code="invalid_value",
             )
 
 
