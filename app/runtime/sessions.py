@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from app.runtime import contract
+from app.runtime import contract, mapped_weights
 from app.runtime.contract import ContractError, Manifest
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,8 @@ def create_session(
 
 class WhisperSessions:
     """The encoder, decoder and aligner sessions of one model folder; safe to call from many
-    threads. The aligner runs where the decoder runs."""
+    threads. The aligner runs where the decoder runs. A graph whose weights are in an external
+    data file has that file's mapped pages dropped after its first run (`mapped_weights`)."""
 
     def __init__(
         self,
@@ -238,6 +239,18 @@ class WhisperSessions:
         self._decoder_outputs = contract.decoder_output_names(n_layers)
         self._past_names = contract.past_names(n_layers)
         self._cross_names = contract.encoder_output_names(n_layers)
+        self._unreleased = {
+            stage: data
+            for stage in ("encoder", "decoder", "aligner")
+            if (data := folder / f"{stage}.onnx.data").is_file()
+        }
+
+    def _ran(self, stage: str) -> None:
+        """After a stage's first run its weights are packed: drop the mapped originals."""
+        data = self._unreleased.pop(stage, None)
+        if data is not None:
+            advised_mb = mapped_weights.release([data]) >> 20
+            log.info("%s/%s: released %d MB of mapped weights", self.folder.name, stage, advised_mb)
 
     @classmethod
     def load(cls, folder: Path, options: RuntimeOptions | None = None) -> WhisperSessions:
@@ -305,7 +318,9 @@ class WhisperSessions:
 
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
         """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]."""
-        return self._encoder.run(self._encoder_outputs, {"input_features": features})
+        cross = self._encoder.run(self._encoder_outputs, {"input_features": features})
+        self._ran("encoder")
+        return cross
 
     def decode(
         self,
@@ -324,6 +339,7 @@ class WhisperSessions:
         feed.update(zip(self._past_names, past, strict=True))
         feed.update(zip(self._cross_names, cross, strict=True))
         logits, *new = self._decoder.run(self._decoder_outputs, feed)
+        self._ran("decoder")
         return logits, new
 
     def align(
@@ -334,6 +350,7 @@ class WhisperSessions:
         feed = {"input_ids": input_ids, "target_ids": target_ids}
         feed.update(zip(self._cross_names, cross, strict=True))
         weights, logprobs = self._aligner.run(contract.aligner_output_names(), feed)
+        self._ran("aligner")
         return weights, logprobs
 
     def empty_past(self, batch: int = 1) -> list[np.ndarray]:
