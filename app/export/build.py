@@ -40,7 +40,6 @@ PRECISIONS = {
     "fp16": WeightFormat("float16"),
     "int8": WeightFormat("float16", int8_matrices=True),
 }
-_MAX_PROTOBUF_BYTES = 1_800_000_000  # beyond this, weights go to an external data file
 
 
 @dataclass(frozen=True)
@@ -61,11 +60,11 @@ class BuildSummary:
 
 
 def _save(model: onnx.ModelProto, path: Path) -> list[str]:
-    """Write `model` to `path`; its weights go to `<file>.data` beside it when the graph is over
-    protobuf's 2 GB limit. Returns the names of the files written."""
-    if model.ByteSize() <= _MAX_PROTOBUF_BYTES:
-        onnx.save(model, path)
-        return [path.name]
+    """Write `model` to `path` and its weights to `<file>.data` beside it; returns the names of
+    the files written. Always external: a graph over protobuf's 2 GB limit must be, and OpenVINO
+    maps an external file read-only instead of copying the weights into the process, so the
+    runtime can drop those pages once the weights are packed (`app.runtime.mapped_weights`:
+    large-v3-turbo 2.48 -> 1.58 GB after load, `benchmarks/results/memory_sizes.md`)."""
     data = f"{path.name}.data"
     onnx.save(model, path, save_as_external_data=True, location=data, size_threshold=1024)
     return [path.name, data]

@@ -22,7 +22,7 @@ TIME_PRECISION = 0.02  # seconds per timestamp token and per encoder frame (30 s
 
 def missing_files(folder: Path) -> list[str]:
     """The contract's files that `folder` lacks, and the external weights files (`*.onnx.data`,
-    graphs over 2 GB) its manifest lists (empty for a complete model folder)."""
+    every graph's weights) its manifest lists (empty for a complete model folder)."""
     folder = Path(folder)
     return [f for f in (*MODEL_FILES, *_external_data(folder)) if not (folder / f).is_file()]
 
