@@ -8,6 +8,11 @@ audio received when it was committed minus the word's end (the session's measure
 WER is against the clips' reference texts, next to the file transcription's (greedy) WER of
 the same model: the live target is within +1.0 point of it.
 
+`--against-sure S` runs every AlignAtt row a second time with the unsure-word gate at `S`
+(`AlignAtt.sure`; 0 = off) and reports the per-clip word-error differences, paired, with a
+sign-flip test (p: how often random signs give a total at least as far from 0), per row and
+pooled over the rows: a change smaller than its paired noise shows as a large p.
+
     .venv/bin/python benchmarks/live_policy_tuning.py --models tiny.en,base \
         --out benchmarks/results/live_policy_tuning.md
 """
@@ -32,8 +37,11 @@ DEFAULT_GRID = (
 )
 
 
-def stream_once(transcriber, options, vad, audio: np.ndarray) -> tuple[list[float], str, int]:
-    """(lag of each committed word, the streamed text, passes) for one clip."""
+def stream_once(
+    transcriber, options, vad, audio: np.ndarray, policy=None
+) -> tuple[list[float], str, int]:
+    """(lag of each committed word, the streamed text, passes) for one clip; `policy` replaces
+    the session's commit policy."""
     from app.service.live import CommittedText, StreamingSession
 
     lags: list[float] = []
@@ -44,6 +52,8 @@ def stream_once(transcriber, options, vad, audio: np.ndarray) -> tuple[list[floa
             lags.append(session.received_s - event.end)
 
     session = StreamingSession(transcriber, options, vad, on_event)
+    if policy is not None:
+        session.policy = policy
     for i in range(0, len(audio), 1600):
         session.append(audio[i : i + 1600])
         while session.advance():
@@ -59,6 +69,8 @@ def main() -> int:
     parser.add_argument("--models", default="tiny.en,base")
     parser.add_argument("--grid", default=DEFAULT_GRID, help="policy:edge_s:step_s,...")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--against-sure", type=float, default=None, metavar="S",
+                        help="pair every AlignAtt row with a run at AlignAtt.sure = S")  # fmt: skip
     args = parser.parse_args()
 
     from app.engine.audio import decode_audio
@@ -66,6 +78,7 @@ def main() -> int:
     from app.engine.vad import SileroVad
     from app.runtime.sessions import RuntimeOptions, WhisperSessions
     from app.service.live import StreamingOptions
+    from app.service.live.policy import AlignAtt
     from app.service.options import TranscriptionOptions
     from app.service.transcriber import Transcriber
 
@@ -78,6 +91,7 @@ def main() -> int:
     refs = [text for _, text in clips]
     vad = SileroVad.load(MODELS_DIR / "silero_vad.onnx")
     rows = []
+    pooled: list[int] = []
     for model in args.models.split(","):
         folder = MODELS_DIR / model
         transcriber = Transcriber(
@@ -112,6 +126,19 @@ def main() -> int:
                 f"{live_wer - file_wer:+.2f}", passes,
             ))  # fmt: skip
             print(rows[-1], flush=True)
+            if args.against_sure is not None and policy == "alignatt":
+                other = AlignAtt(float(edge), sure=args.against_sure)
+                diffs = [
+                    wer([ref], [text])[1]
+                    - wer([ref], [stream_once(transcriber, options, vad, audio, other)[1]])[1]
+                    for (audio, ref), text in zip(clips, texts, strict=True)
+                ]
+                pooled += diffs
+                rows.append(paired_row(model, f"{edge}/{step}: vs sure={args.against_sure:g}",
+                                       diffs))  # fmt: skip
+                print(rows[-1], flush=True)
+    if pooled:
+        rows.append(paired_row("all", "pooled rows", pooled))
     rows = [r if len(r) == 9 else (*r, "") for r in rows]
     head = ["model", "policy", "edge s", "step s", "lag median s", "lag p90 s", "WER %",
             "vs file", "passes"]  # fmt: skip
@@ -121,6 +148,16 @@ def main() -> int:
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
     return 0
+
+
+def paired_row(model: str, label: str, diffs: list[int]) -> tuple[object, ...]:
+    """A table row: the per-clip error differences (this row's - the other's), their total
+    and the two-sided sign-flip p of that total."""
+    d = np.array(diffs, dtype=float)
+    flips = np.random.default_rng(0).choice([-1.0, 1.0], size=(20000, len(d)))
+    p = float(np.mean(np.abs(flips @ d) >= abs(d.sum()) - 1e-9)) if d.any() else 1.0
+    detail = " ".join(f"{x:+d}" for x in diffs)
+    return (model, label, "", "", "", "", f"errors {int(d.sum()):+d} ({detail})", f"p {p:.2f}", "")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from app.engine.tokenizer import Tokenizer
 from app.runtime.contract import SAMPLE_RATE, TIME_PRECISION
 from app.service.live.options import WINDOW_S, StreamingOptions
-from app.service.live.policy import CommitPolicy
+from app.service.live.policy import CommitPolicy, LocalAgreement, unsure
 from app.service.live.units import LiveWord, PassSegment, align_committed, split_units
 from app.service.live.window_pass import Pass
 
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 MAX_PREFIX_TOKENS = 160  # a longer forced prefix cuts the buffer
 STALL_S = 1.5  # a pass whose text ends this long before its audio stopped early
+SECOND_READ_S = 0.2  # a doubtful final pass is read again over this much more of the silence
 FINAL_END_SLACK_S = 1.0  # a finalized last segment ending this close to the pause is closed there
 CUT_REPEAT_S = 0.3  # a committed word decoded again this close to a buffer cut is a repeat
 RECENT = 5  # committed words remembered across cuts (repeats at the commit boundary)
@@ -131,6 +132,26 @@ def _skip_repeats(state: Commits, decoded: Pass, k: int) -> int:
         log.debug("skipped %r repeated after the buffer cut", hyp[0].text)
         return 1
     return k
+
+
+def doubtful(state: Commits, decoded: Pass) -> bool:
+    """A pass's new words hold one read with low probability that the last pass did not read
+    the same way (or no pass had read before): one reading at one buffer length does not settle
+    it (tiny.en reads jfk's "so, my" as "so am I" at some lengths, also when finalizing)."""
+    new = decoded.words[new_words_at(state, decoded) :]
+    agreed = LocalAgreement().commit_count(new, state.pending, 0.0)
+    return any(unsure(w) for w in new[agreed:])
+
+
+def likelier(state: Commits, a: Pass, b: Pass) -> Pass:
+    """Of two readings of the same speech, the one whose least sure new word is surer (`a`
+    when equal)."""
+
+    def least(decoded: Pass) -> float:
+        new = decoded.words[new_words_at(state, decoded) :]
+        return min((w.probability for w in new if w.probability is not None), default=1.0)
+
+    return b if least(b) > least(a) else a
 
 
 def _with_committed(state: Commits, words: tuple[LiveWord, ...]) -> Commits:

@@ -27,6 +27,12 @@ from typing import Protocol
 
 from app.service.live.units import LiveWord
 
+SURE = 0.5  # a word read with a lower probability is unsure (see AlignAtt)
+
+
+def unsure(word: LiveWord, sure: float = SURE) -> bool:
+    return word.probability is not None and word.probability < sure
+
 
 class CommitPolicy(Protocol):
     """How many of a pass's new words to commit."""
@@ -61,7 +67,7 @@ class AlignAtt:
     it (tiny.en reads "so, my" as "so am I", p 0.35-0.37, at some buffer lengths)."""
 
     edge_s: float = 0.5
-    sure: float = 0.5
+    sure: float = SURE
 
     def __post_init__(self) -> None:
         if self.edge_s < 0:
@@ -77,8 +83,7 @@ class AlignAtt:
         for i, word in enumerate(new[:-1]):
             if word.peak is None or word.peak > limit:
                 return i
-            unsure = word.probability is not None and word.probability < self.sure
-            if unsure and i >= agreed:
+            if unsure(word, self.sure) and i >= agreed:
                 return i
         return max(len(new) - 1, 0)
 

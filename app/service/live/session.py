@@ -62,7 +62,7 @@ from app.service.live.events import (
     StreamStats,
 )
 from app.service.live.options import StreamingOptions
-from app.service.live.policy import make_policy
+from app.service.live.policy import make_policy, unsure
 from app.service.live.transcript import Transcript
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
 from app.service.results import TimeSpent
@@ -300,10 +300,20 @@ class StreamingSession:
         for attempt in range(FINAL_PASSES):
             fresh = None
             stale = attempt > 0 or (self._decoded_until < until and not quiet)
+            stale = stale or any(unsure(w) for w in self.commits.pending)
             if stale and until - self._buf.start >= SAMPLE_RATE // 10:
                 decoded = self._run_pass(self._buf.view(until), cancel)
                 self._decoded_until = max(self._decoded_until, decoded.end)
                 fresh = decoded if decoded.usable else None  # else: what the last pass said
+                more = min(self._buf.end, until + round(commits.SECOND_READ_S * SAMPLE_RATE))
+                if (
+                    fresh is not None
+                    and more - until >= SAMPLE_RATE // 10
+                    and commits.doubtful(self.commits, fresh)
+                ):  # one reading does not settle it: read it again at another length
+                    again = self._run_pass(self._buf.view(more), cancel)
+                    if again.usable:
+                        fresh = commits.likelier(self.commits, fresh, again)
             self.commits, applied = commits.finalize(
                 self.commits, fresh, self._buf.start, until, self.options, self.tokenizer,
                 reread_last=self._final_reason == "flush",  # a client's commit: read it again
