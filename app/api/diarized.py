@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
@@ -19,11 +18,12 @@ from concurrent.futures import Future
 from fastapi import Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from app.api.errors import APIError, to_api_error
+from app.api.errors import APIError
 from app.api.forms import AudioForm
 from app.api.job_http import (
     SSE_HEADERS,
     Disconnected,
+    failure_event,
     job_result,
     outcome,
     read_upload,
@@ -32,8 +32,6 @@ from app.api.job_http import (
 )
 from app.api.metrics import Metrics, Stopwatch
 from app.api.schemas import (
-    ErrorEvent,
-    ErrorObject,
     TextDoneEvent,
     TextSegmentJSON,
     TranscriptionDiarizedJSON,
@@ -49,8 +47,6 @@ from app.service.jobs import TranscriptionJob
 from app.service.model_leases import Lease
 from app.service.model_manager import ModelManager
 from app.service.pool import WorkerPool
-
-log = logging.getLogger(__name__)
 
 TASK = "transcribe"
 NOT_FOR_TRANSLATIONS = APIError(
@@ -187,11 +183,7 @@ async def _stream(
             try:
                 result = future.result()
             except Exception as e:
-                error = to_api_error(e)
-                if error.status_code >= 500:
-                    log.error("diarized stream on %s failed", loaded.name, exc_info=e)
-                metrics.observe_failure(loaded.name, job.task, outcome(e))
-                yield sse(ErrorEvent(error=ErrorObject(**error.body()["error"])))
+                yield failure_event(e, loaded.name, job.task, metrics)
                 return
             transcription = result.transcription
             metrics.observe_result(loaded.name, transcription, started[0], clock())

@@ -1,11 +1,12 @@
 """The HTTP side of a job on the worker pool, shared by the audio routes: reading the upload,
 waiting for the job while watching for a client that goes away, the metrics outcome of a failure,
-and Server-Sent Events."""
+and Server-Sent Events (incl. the `error` event of a stream whose job failed)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Awaitable
 from concurrent.futures import Future
@@ -15,6 +16,10 @@ from fastapi import Request, UploadFile
 from pydantic import BaseModel
 
 from app.api.errors import APIError, UploadTooLargeError, to_api_error
+from app.api.metrics import Metrics
+from app.api.schemas import ErrorEvent, ErrorObject
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -84,3 +89,13 @@ async def wait_for_disconnect(request: Request) -> None:
 def sse(event: BaseModel, *, compact: bool = False) -> bytes:
     """One SSE message; `compact` leaves out fields that are None (optional extensions)."""
     return f"data: {event.model_dump_json(exclude_none=compact)}\n\n".encode()
+
+
+def failure_event(error: Exception, model: str, task: str, metrics: Metrics) -> bytes:
+    """A streamed job failed after the response started: its failure counted (and logged when
+    it is the server's fault) and the SSE `error` event that ends the stream."""
+    api = to_api_error(error)
+    if api.status_code >= 500:
+        log.error("stream on %s failed", model, exc_info=error)
+    metrics.observe_failure(model, task, outcome(error))
+    return sse(ErrorEvent(error=ErrorObject(**api.body()["error"])))

@@ -25,11 +25,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from app.api import diarized  # diarization (H5)
 from app.api.auth import require_api_key
 from app.api.deps import MetricsDep, ModelsDep, PoolDep, SettingsDep
-from app.api.errors import to_api_error
 from app.api.forms import AudioForm, audio_form
 from app.api.job_http import (
     SSE_HEADERS,
     Disconnected,
+    failure_event,
     job_result,
     outcome,
     read_upload,
@@ -39,8 +39,6 @@ from app.api.job_http import (
 from app.api.metrics import Metrics, Stopwatch
 from app.api.schemas import (
     ERROR_RESPONSES,
-    ErrorEvent,
-    ErrorObject,
     TextDeltaEvent,
     TextDoneEvent,
     TranscriptionJSON,
@@ -283,11 +281,7 @@ async def _stream(
             try:
                 result = future.result()
             except Exception as e:
-                error = to_api_error(e)
-                if error.status_code >= 500:
-                    log.error("stream on %s failed", loaded.name, exc_info=e)
-                metrics.observe_failure(loaded.name, job.task, outcome(e))
-                yield sse(ErrorEvent(error=ErrorObject(**error.body()["error"])))
+                yield failure_event(e, loaded.name, job.task, metrics)
                 return
             metrics.observe_result(loaded.name, result, started[0] if started else 0.0, clock())
             yield sse(TextDoneEvent(text=result.text))
