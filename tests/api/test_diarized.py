@@ -133,6 +133,7 @@ def test_vtt_and_verbose_json_carry_the_speaker_with_diarize(
         model="tiny.en",
         file=("talk.wav", conversation.wav),
         response_format="vtt",
+        chunking_strategy={"type": "server_vad", "threshold": 0.5, "silence_duration_ms": 500},
         extra_body={"diarize": "true", "num_speakers": "2"},
     )
     cues = parse_vtt(vtt)
@@ -184,6 +185,8 @@ def _known(reference: str) -> dict[str, list[str]]:
         (_known(_data_url(np.zeros(RATE, np.float32))), REFERENCES, "2 to 10 s"),
         ({"timestamp_granularities[]": ["word"]}, "timestamp_granularities[]", "verbose_json"),
         ({"num_speakers": "0"}, "num_speakers", ""),
+        ({"chunking_strategy[threshold]": "5"}, "chunking_strategy[threshold]", ""),
+        ({"chunking_strategy": "later"}, "chunking_strategy", ""),
         ({"min_speakers": "3", "max_speakers": "2"}, "min_speakers", "must not exceed"),
     ],
 )
