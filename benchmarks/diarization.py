@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,10 @@ from app.engine.vad import SileroVad
 from app.runtime.sessions import RuntimeOptions
 from app.service.diarize.activity import Turn
 from app.service.diarize.clustering import SpeakerHints
+from app.service.diarize.job import SpeakerJob, transcribe_speakers
 from app.service.diarize.pipeline import DiarizationOptions, Diarizer
+from app.service.jobs import TranscriptionJob
+from app.service.model_open import OpenOptions, open_model, rss_bytes
 from benchmarks.common import add_args, header, start_load, table, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,11 +130,44 @@ def der(reference: np.ndarray, found: np.ndarray) -> tuple[float, float, float, 
     return missed + false_alarm + confusion, missed, false_alarm, confusion
 
 
+def end_to_end(model: str, runtime: RuntimeOptions, vad: SileroVad, runs: int) -> list[str]:
+    """Median time of transcribing the 60 s earnings clip with and without speakers (the speaker
+    models loaded and warm), and the RSS the speaker models add."""
+    clip = REPO / "tests" / "data" / "audio" / "earnings22_1_4482311_3_62.wav"
+    loaded = open_model(model, MODELS / model, OpenOptions(runtime=runtime), vad)
+    job = TranscriptionJob(clip.read_bytes(), loaded.base_options, "transcribe")
+    before = rss_bytes()
+    options = DiarizationOptions()
+    diarizer = Diarizer(load_speaker_models(MODELS, runtime, step_s=options.step_s), options)
+    transcribe_speakers(loaded, diarizer, job, SpeakerJob())  # warm
+    grown = (rss_bytes() - before) / 1e6
+    timed = replace(job, options=replace(job.options, word_timestamps=True))
+    runs_s: dict[str, list[float]] = {"plain": [], "words": [], "speakers": []}
+    for _ in range(runs):
+        for kind, run in (
+            ("plain", lambda: loaded.transcribe(job)),
+            ("words", lambda: loaded.transcribe(timed)),
+            ("speakers", lambda: transcribe_speakers(loaded, diarizer, job, SpeakerJob())),
+        ):
+            started = time.perf_counter()
+            run()
+            runs_s[kind].append(time.perf_counter() - started)
+    p, w, d = (float(np.median(runs_s[k])) for k in ("plain", "words", "speakers"))
+    return [
+        f"End to end on the 60 s earnings clip with {model} (median of {runs}): transcription "
+        f"{p:.1f} s, with word timing {w:.1f} s, with speakers (word timing + diarization) "
+        f"{d:.1f} s: +{100 * (d - p) / p:.0f} % over plain, +{100 * (d - w) / w:.0f} % over word "
+        f"timing. The speaker models and a first diarization add {grown:.0f} MB RSS.",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_args(parser)
     parser.add_argument("--steps", default="5,1", help="segmentation window steps (s) to compare")
     parser.add_argument("--per-count", type=int, default=2, help="conversations per speaker count")
+    parser.add_argument("--model", default="base", help="Whisper model of the end-to-end time")
+    parser.add_argument("--runs", type=int, default=3, help="end-to-end runs (median)")
     args = parser.parse_args()
     load_before = start_load(args)
     vad = SileroVad.load(MODELS / "silero_vad.onnx")
@@ -160,10 +196,12 @@ def main() -> None:
                  f"{seconds:.1f}", f"{seconds / duration:.3f}"]
             )  # fmt: skip
             print(" | ".join(map(str, rows[-1])), flush=True)
+    extra = end_to_end(args.model, runtime, vad, args.runs) if args.runs else []
     lines = header(
         "Speaker diarization: DER and time",
         load_before,
         [
+            *extra,
             "Seeded conversations of 6 LibriSpeech speakers (tests/data/diarization); DER with "
             "no collar, overlap scored (pyannote's way); CPU EP, "
             f"{args.threads} threads; segmentation + CAM++ embeddings + clustering.",
