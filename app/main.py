@@ -31,10 +31,10 @@ from app.api import docs as docs_api
 from app.api.errors import install_error_handlers
 from app.api.limits import UploadLimitMiddleware
 from app.api.live import audio_stream, page, realtime
+from app.api.live.wyoming import WyomingServer
 from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, metrics, models
 from app.api.services import Readiness, Services
-from app.api.wyoming import WyomingServer
 from app.config import Settings
 from app.export import names
 from app.export.child import ChildBuildError, obtain_in_child
@@ -42,6 +42,7 @@ from app.export.errors import BuildError
 from app.runtime.memory import tune_malloc
 from app.runtime.sessions import RuntimeOptions
 from app.service.batch_records import BatchingOptions
+from app.service.live import LiveHost, LiveLimits
 from app.service.model_manager import ModelManager
 from app.service.model_open import ModelLoadError, OpenOptions
 from app.service.model_options import ManagerOptions, ModelNames, Obtain
@@ -291,7 +292,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     collector = Metrics()
     pool = WorkerPool(settings.worker_count, settings.max_queue)
     collector.bind_pool(pool)
-    services = Services(settings, build_models(settings), pool, collector)
+    manager, readiness = build_models(settings), Readiness()
+    limits = LiveLimits(settings.stream_max_session_s, settings.stream_max_buffered_s)
+    live = LiveHost(manager, pool, readiness, limits, settings.stream_max_sessions)
+    services = Services(settings, manager, pool, collector, readiness, live)
     services.models.add_listener(collector.model_changed)
     app.state.services = services  # the routes get it through app.api.deps
 

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from dataclasses import dataclass, field
 from typing import Literal
 
 from app.api.metrics import Metrics
 from app.config import Settings
+from app.service.live import LiveHost
 from app.service.model_manager import ModelManager
 from app.service.pool import WorkerPool
 
@@ -39,31 +39,6 @@ class Readiness:
         self._event.set()
 
 
-class LiveSessions:
-    """The open live sessions (`with sessions:` around one) and the shutdown's signal to end
-    them (`drain`); `none()` returns once none is open (the shutdown waits on it). Event loop
-    only."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.drain = asyncio.Event()  # set at shutdown: sessions end as if the client closed them
-        self._none = asyncio.Event()
-        self._none.set()
-
-    def __enter__(self) -> LiveSessions:
-        self.count += 1
-        self._none.clear()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.count -= 1
-        if not self.count:
-            self._none.set()
-
-    async def none(self) -> None:
-        await self._none.wait()
-
-
 @dataclass(frozen=True)
 class Services:
     """The app's long-lived objects."""
@@ -72,5 +47,5 @@ class Services:
     models: ModelManager
     pool: WorkerPool
     metrics: Metrics
-    readiness: Readiness = field(default_factory=Readiness)
-    live: LiveSessions = field(default_factory=LiveSessions)
+    readiness: Readiness
+    live: LiveHost  # the live sessions: admission, their runners, the shutdown's drain

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.timeout(300)
 IDLE_S = 3
 MAX_FRAME_KB = 64
 MAX_CLIENTS = 3
+MAX_SESSIONS = 2  # live sessions of the server: Wyoming utterances count as such
 CHUNK_S = 0.1
 
 
@@ -47,6 +48,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, int]:
         STT_WYOMING_PORT=str(port),
         STT_WYOMING_HOST="127.0.0.1",
         STT_WYOMING_MAX_CLIENTS=str(MAX_CLIENTS),
+        STT_STREAM_MAX_SESSIONS=str(MAX_SESSIONS),
         STT_STREAM_IDLE_TIMEOUT_S=str(IDLE_S),
         STT_STREAM_MAX_FRAME_KB=str(MAX_FRAME_KB),
         STT_WYOMING_ZEROCONF="",
@@ -314,6 +316,45 @@ def test_clients_over_the_limit_are_turned_away(server) -> None:
         return received
 
     assert errors(asyncio.run(go())) == ["busy"]
+
+
+def test_utterances_over_the_live_session_limit_wait_until_one_ends(server) -> None:
+    """An utterance is a live session of the server: with two in flight (STT_STREAM_MAX_SESSIONS)
+    a third `audio-start` is refused (`too_many_sessions`, then the connection closes: retry);
+    once one of the two ends, the next one is admitted."""
+    start = AudioStart(rate=16000, width=2, channels=1).event()
+
+    async def begin(client: AsyncTcpClient) -> list[Event]:
+        """audio-start; the events until transcript-start, or an error and the close."""
+        await client.write_event(start)
+        received = []
+        while (event := await asyncio.wait_for(client.read_event(), 30)) is not None:
+            received.append(event)
+            if TranscriptStart.is_type(event.type):
+                break
+        return received
+
+    async def go() -> tuple[list[Event], list[Event]]:
+        holders = [AsyncTcpClient("127.0.0.1", server[1]) for _ in range(MAX_SESSIONS)]
+        for client in holders:
+            await client.connect()
+            assert [e.type for e in await begin(client)] == ["transcript-start"]
+        async with AsyncTcpClient("127.0.0.1", server[1]) as third:
+            refused = await begin(third)
+        await holders[0].disconnect()  # its utterance ends with the connection
+        admitted: list[Event] = []
+        for _ in range(50):  # the server sees the disconnect within moments
+            async with AsyncTcpClient("127.0.0.1", server[1]) as client:
+                admitted = await begin(client)
+            if admitted and TranscriptStart.is_type(admitted[-1].type):
+                break
+            await asyncio.sleep(0.1)
+        await holders[1].disconnect()
+        return refused, admitted
+
+    refused, admitted = asyncio.run(go())
+    assert errors(refused) == ["too_many_sessions"] and len(refused) == 1  # then closed
+    assert [e.type for e in admitted] == ["transcript-start"]
 
 
 def test_home_assistant_discovers_the_server_by_mdns(tmp_path: Path) -> None:

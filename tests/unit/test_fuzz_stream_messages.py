@@ -1,5 +1,5 @@
 """Property tests (hypothesis) for the `/v1/audio/stream` message parser `parse_client_message`:
-every `websocket.receive` message becomes one client event or a `LiveError` (an `error` event,
+every `websocket.receive` message becomes one client event or a `Rejected` (an `error` event,
 and a close code only for an oversized frame) — never another exception. Likewise for the
 `session.update` values a client sends (`apply_update`, with a stand-in registry)."""
 
@@ -23,7 +23,7 @@ from app.api.live.audio_stream import (
     parse_client_message,
 )
 from app.api.live.audio_stream_config import StreamConfig, apply_update
-from app.api.live.connection import CLOSE_TOO_BIG, LiveError
+from app.api.live.connection import CLOSE_TOO_BIG, close_code
 from app.api.live.stream_options import audio_stream_options, live_defaults
 from app.config import Settings
 from app.service.errors import Rejected
@@ -68,13 +68,13 @@ EVENTS = st.fixed_dictionaries(
 
 
 def parse_or_error(message: dict[str, Any]) -> AudioAppend | SessionUpdate | BufferCommit | \
-        SessionClose | LiveError:  # fmt: skip
+        SessionClose | Rejected:  # fmt: skip
     try:
         return parse_client_message(message, MAX_BYTES)
-    except LiveError as e:
+    except Rejected as e:
         event = error_event(e)
         assert event.type == "error" and event.error.message and event.error.code
-        assert e.close in (None, CLOSE_TOO_BIG)
+        assert close_code(e) in (None, CLOSE_TOO_BIG)
         return e
 
 
@@ -87,7 +87,7 @@ def text(payload: str) -> dict[str, Any]:
 def test_binary_frames(data: bytes) -> None:
     result = parse_or_error({"type": "websocket.receive", "bytes": data})
     if len(data) > MAX_BYTES:
-        assert isinstance(result, LiveError) and result.close == CLOSE_TOO_BIG
+        assert isinstance(result, Rejected) and close_code(result) == CLOSE_TOO_BIG
         assert result.code == "message_too_large"
     else:
         assert result == AudioAppend(data)
@@ -102,8 +102,8 @@ def test_binary_frames(data: bytes) -> None:
 @example("")
 def test_any_text(payload: str) -> None:
     result = parse_or_error(text(payload))
-    if isinstance(result, LiveError):
-        assert result.close is None
+    if isinstance(result, Rejected):
+        assert close_code(result) is None
         assert result.code in {"invalid_json", "invalid_event", "unknown_event", "invalid_audio"}
 
 
@@ -113,7 +113,7 @@ def test_json_events(event: dict[str, Any]) -> None:
     result = parse_or_error(text(json.dumps(event)))
     kind = event["type"]
     if not isinstance(kind, str):
-        assert isinstance(result, LiveError) and result.code == "invalid_event"
+        assert isinstance(result, Rejected) and result.code == "invalid_event"
     elif kind == "session.update":
         assert result == SessionUpdate(event.get("session"))
     elif kind == "input_audio_buffer.commit":
@@ -127,11 +127,11 @@ def test_json_events(event: dict[str, Any]) -> None:
         except ValueError:
             expected = None
         if expected is None:
-            assert isinstance(result, LiveError) and result.code == "invalid_audio"
+            assert isinstance(result, Rejected) and result.code == "invalid_audio"
         else:
             assert result == AudioAppend(expected)
     else:
-        assert isinstance(result, LiveError) and result.code == "unknown_event"
+        assert isinstance(result, Rejected) and result.code == "unknown_event"
         assert result.param == "type"
 
 
@@ -139,25 +139,25 @@ def test_json_events(event: dict[str, Any]) -> None:
 @given(JSON_VALUES.filter(lambda v: not isinstance(v, dict)))
 def test_json_that_is_not_an_object(value: Any) -> None:
     result = parse_or_error(text(json.dumps(value)))
-    assert isinstance(result, LiveError) and result.code == "invalid_event"
+    assert isinstance(result, Rejected) and result.code == "invalid_event"
 
 
 def test_oversized_text_closes_with_1009() -> None:
     message = json.dumps({"type": "input_audio_buffer.append", "audio": "A" * MAX_BYTES})
-    with pytest.raises(LiveError) as info:
+    with pytest.raises(Rejected) as info:
         parse_client_message(text(message), MAX_BYTES)
-    assert info.value.close == CLOSE_TOO_BIG and info.value.code == "message_too_large"
+    assert close_code(info.value) == CLOSE_TOO_BIG and info.value.code == "message_too_large"
 
 
 def test_message_without_payload() -> None:
-    with pytest.raises(LiveError) as info:
+    with pytest.raises(Rejected) as info:
         parse_client_message({"type": "websocket.receive"}, MAX_BYTES)
-    assert info.value.code == "invalid_message" and info.value.close is None
+    assert info.value.code == "invalid_message" and close_code(info.value) is None
 
 
 def test_non_ascii_base64_is_invalid_audio() -> None:
     event = json.dumps({"type": "input_audio_buffer.append", "audio": "AAAA\u00e9"})
-    with pytest.raises(LiveError) as info:
+    with pytest.raises(Rejected) as info:
         parse_client_message(text(event), MAX_BYTES)
     assert info.value.code == "invalid_audio" and info.value.param == "audio"
 

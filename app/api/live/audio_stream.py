@@ -34,8 +34,8 @@ from app.api.live.audio_stream_config import StreamConfig, apply_update
 from app.api.live.connection import (
     LiveConnection,
     LiveDeps,
-    LiveError,
     check_size,
+    error_type,
     load_json_event,
     serve,
 )
@@ -77,9 +77,9 @@ class SegmentEvent(BaseModel):
     segment: SegmentJSON
 
 
-def error_event(error: LiveError) -> ErrorEvent:
-    return ErrorEvent(error=ErrorObject(message=str(error), type=error.type, param=error.param,
-                                        code=error.code))  # fmt: skip
+def error_event(error: Rejected) -> ErrorEvent:
+    return ErrorEvent(error=ErrorObject(message=error.message, type=error_type(error),
+                                        param=error.param, code=error.code))  # fmt: skip
 
 
 # ---- client messages ------------------------------------------------------------------------
@@ -112,20 +112,20 @@ ClientMessage = AudioAppend | SessionUpdate | BufferCommit | SessionClose
 
 def decode_base64_audio(audio: Any) -> bytes:
     if not isinstance(audio, str):
-        raise LiveError("'audio' must be a base64 string", "invalid_audio", param="audio")
+        raise Rejected("invalid_audio", "'audio' must be a base64 string", param="audio")
     try:
         return base64.b64decode(audio, validate=True)
     except (binascii.Error, ValueError) as e:
-        raise LiveError(f"'audio' is not valid base64: {e}", "invalid_audio",
-                        param="audio") from e  # fmt: skip
+        raise Rejected("invalid_audio", f"'audio' is not valid base64: {e}",
+                       param="audio") from e  # fmt: skip
 
 
 def parse_client_message(message: dict[str, Any], max_bytes: int) -> ClientMessage:
     """One ASGI `websocket.receive` message -> the client event it carries.
 
     `max_bytes`: largest accepted frame (bytes of a binary frame, characters of a text frame).
-    Raises `LiveError`: with `close=CLOSE_TOO_BIG` for a frame over `max_bytes`, otherwise
-    (`close=None`: report and go on) for an empty message, text that is not a JSON object with a
+    Raises `Rejected`: "message_too_large" (it ends the session) for a frame over `max_bytes`,
+    otherwise (report and go on) for an empty message, text that is not a JSON object with a
     string `type`, an unknown type, or `audio` that is not base64. Whether the audio bytes are
     whole samples is checked later, per session encoding.
     """
@@ -135,7 +135,7 @@ def parse_client_message(message: dict[str, Any], max_bytes: int) -> ClientMessa
         return AudioAppend(bytes(data))
     text = message.get("text")
     if text is None:
-        raise LiveError("empty message", "invalid_message")
+        raise Rejected("invalid_message", "empty message")
     check_size(len(text), max_bytes)
     event = load_json_event(text)
     kind = event["type"]
@@ -147,9 +147,9 @@ def parse_client_message(message: dict[str, Any], max_bytes: int) -> ClientMessa
         return BufferCommit()
     if kind == "session.close":
         return SessionClose()
-    raise LiveError(
-        f"unknown event type {kind!r}; expected session.update, input_audio_buffer.append,"
-        " input_audio_buffer.commit or session.close", "unknown_event", param="type",
+    raise Rejected(
+        "unknown_event", f"unknown event type {kind!r}; expected session.update, "
+        "input_audio_buffer.append, input_audio_buffer.commit or session.close", param="type",
     )  # fmt: skip
 
 
@@ -168,7 +168,7 @@ class AudioStreamConnection(LiveConnection):
     def greeting(self) -> BaseModel:
         return SessionEvent(type="session.created", session=self.session_json())
 
-    def error_event(self, error: LiveError) -> BaseModel:
+    def error_event(self, error: Rejected) -> BaseModel:
         return error_event(error)
 
     def on_event(self, event: StreamEvent) -> None:
@@ -187,12 +187,10 @@ class AudioStreamConnection(LiveConnection):
                 self._append(data)
             case SessionUpdate(patch=patch):
                 if self.runner is not None:
-                    raise LiveError("session.update must come before the first audio",
-                                    "session_started", param="session")  # fmt: skip
-                try:
-                    self.config = apply_update(self.config, patch, self.deps.registry)
-                except Rejected as e:
-                    raise LiveError(e.message, e.code, param=e.param) from e
+                    raise Rejected("session_started",
+                                   "session.update must come before the first audio",
+                                   param="session")  # fmt: skip
+                self.config = apply_update(self.config, patch, self.deps.registry)
                 self.outbox.put(SessionEvent(type="session.updated", session=self.session_json()))
             case BufferCommit():
                 if self.runner is not None:
@@ -211,7 +209,7 @@ class AudioStreamConnection(LiveConnection):
         try:
             self.runner.append(data)
         except AudioDecodeError as e:
-            raise LiveError(f"audio frame dropped: {e}", "invalid_audio") from e
+            raise Rejected("invalid_audio", f"audio frame dropped: {e}") from e
 
     async def finish(self) -> None:
         text = await self.close_runner()

@@ -1,18 +1,22 @@
-"""What every live WebSocket protocol shares: admission, the sender, the receive loop, limits.
+"""What every live WebSocket protocol shares: the API key, the sender, the receive loop, and how
+a `Rejected` goes on the wire.
 
 A protocol adapter (`audio_stream.py`, `realtime.py`) subclasses `LiveConnection` and says how
 its messages map to the session (`handle`), how session events become its wire events
-(`on_event`) and how it ends (`finish`). Shared here:
+(`on_event`) and how it ends (`finish`). The live host (`app.service.live.host`) admits the
+session (models loaded, not shutting down, at most `STT_STREAM_MAX_SESSIONS`), starts its runner
+and says which refusals end it (`ending`); here:
 
-- admission (`serve`): the API key (Bearer header, `openai-insecure-api-key.<key>` subprotocol
-  or `?api_key=`), models loaded, not shutting down, at most `STT_STREAM_MAX_SESSIONS`; a refusal
-  is an `error` event and a close code (1008 key, 1013 try again);
+- the API key (Bearer header, `openai-insecure-api-key.<key>` subprotocol or `?api_key=`);
+- a refusal or an error is an `error` event; one that ends the session is followed by its close
+  code (`CLOSE_CODES`: 1008 the client broke a rule (key, idle, a session limit), 1009 a message
+  too large, 1013 try again (loading, shutting down, too many sessions), 1011 the server failed);
+  others are reported and the session goes on;
 - one sender task per connection (a client that reads slowly holds up only itself; a waiting
   replaceable event, such as a partial, is replaced by the newer one);
-- the receive loop: a message larger than `STT_STREAM_MAX_FRAME_KB` (1009), no message for
-  `STT_STREAM_IDLE_TIMEOUT_S` (1008), a limit of the session (1008), server shutdown (the session
-  is finalized, then 1001), an internal failure (1011). Other bad messages are reported as
-  `error` events and the session goes on.
+- the receive loop: a message larger than `STT_STREAM_MAX_FRAME_KB`, no message for
+  `STT_STREAM_IDLE_TIMEOUT_S`, a limit of the session, server shutdown (the session is finalized,
+  then 1001), an internal failure (1011).
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import contextlib
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,17 +38,20 @@ from app.api.auth import WS_KEY_SUBPROTOCOL_PREFIX, key_matches, websocket_key
 from app.api.live.stream_options import live_defaults
 from app.api.services import Services
 from app.config import Settings
+from app.service.errors import Rejected
 from app.service.live import (
-    LimitExceeded,
-    LiveLimits,
+    Admission,
+    LiveHost,
     LiveRunner,
+    Outbox,
     PcmInput,
     SileroVad,
     StreamEvent,
+    ending,
 )
+from app.service.live.host import Ending
 from app.service.live.options import LiveDefaults, StreamingOptions
 from app.service.model_leases import SessionModels
-from app.service.pool import PoolClosedError, WorkerPool
 from app.service.registry import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -56,35 +62,34 @@ CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
 CLOSE_TRY_AGAIN = 1013
+CLOSE_CODES: dict[Ending, int] = {
+    "policy": CLOSE_POLICY,
+    "too_big": CLOSE_TOO_BIG,
+    "try_again": CLOSE_TRY_AGAIN,
+    "internal": CLOSE_INTERNAL,
+}
 
 
-class LiveError(Exception):
-    """A problem to report as an `error` event; `close` is the close code, None to go on."""
+def close_code(error: Rejected) -> int | None:
+    """The close code that follows `error`'s event; None: the session goes on."""
+    how = ending(error)
+    return None if how is None else CLOSE_CODES[how]
 
-    def __init__(
-        self,
-        message: str,
-        code: str,
-        *,
-        param: str | None = None,
-        close: int | None = None,
-        type_: str = "invalid_request_error",
-        event_id: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.param = param
-        self.close = close
-        self.type = type_
-        self.event_id = event_id
+
+def error_type(error: Rejected) -> str:
+    """OpenAI's error `type`: the server's side (cannot serve now, failed) or the client's."""
+    if error.kind in ("busy", "unavailable") or ending(error) == "internal":
+        return "server_error"
+    return "invalid_request_error"
 
 
 def check_size(size: int, max_bytes: int) -> None:
     if size > max_bytes:
-        raise LiveError(
+        raise Rejected(
+            "message_too_large",
             f"message of {size} bytes is larger than the limit of {max_bytes}",
-            "message_too_large", close=CLOSE_TOO_BIG,
-        )  # fmt: skip
+            kind="limit",
+        )
 
 
 def _reject_constant(name: str) -> Any:
@@ -92,79 +97,57 @@ def _reject_constant(name: str) -> Any:
 
 
 def load_json_event(text: str) -> dict[str, Any]:
-    """A text frame -> a JSON object with a string `type`; raises LiveError (NaN/Infinity,
+    """A text frame -> a JSON object with a string `type`; raises Rejected (NaN/Infinity,
     absurd nesting and non-objects included)."""
     try:
         event = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
-        raise LiveError(
-            f"text messages must be JSON events ({e.msg} at {e.pos}); send audio as binary "
-            "frames or input_audio_buffer.append", "invalid_json",
+        raise Rejected(
+            "invalid_json", f"text messages must be JSON events ({e.msg} at {e.pos}); send audio "
+            "as binary frames or input_audio_buffer.append",
         ) from e  # fmt: skip
     except (ValueError, RecursionError) as e:  # NaN, 5000-digit numbers, [[[[... nesting
-        raise LiveError(f"text messages must be JSON events ({e})", "invalid_json") from e
+        raise Rejected("invalid_json", f"text messages must be JSON events ({e})") from e
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-        raise LiveError("an event is a JSON object with a string 'type'", "invalid_event")
+        raise Rejected("invalid_event", "an event is a JSON object with a string 'type'")
     return event
 
 
 @dataclass(frozen=True)
 class LiveDeps:
-    """What a live connection uses of the app's `Services`."""
+    """What a live connection uses: the server's settings, the live host, its admission (the
+    models it leases)."""
 
     settings: Settings
-    registry: SessionModels  # leases every model the session uses until it ends
-    pool: WorkerPool
-    vad: SileroVad | None
-    drain: asyncio.Event  # set at shutdown: sessions end as if the client had closed them
+    host: LiveHost
+    admission: Admission
+
+    @property
+    def registry(self) -> SessionModels:
+        return self.admission.models
+
+    @property
+    def vad(self) -> SileroVad | None:
+        return self.registry.vad
 
     @property
     def defaults(self) -> LiveDefaults:
         """The server's live settings every session starts from (`stream_options`)."""
         return live_defaults(self.settings, self.registry.base_options, self.vad is not None)
 
-    @property
-    def limits(self) -> LiveLimits:
-        s = self.settings
-        return LiveLimits(max_session_s=s.stream_max_session_s,
-                          max_buffered_s=s.stream_max_buffered_s)  # fmt: skip
+
+ErrorFactory = Callable[[Rejected], BaseModel]
 
 
-class Outbox:
-    """Events waiting to be sent. A replaceable event replaces a waiting replaceable event of
-    the same type (only the newest partial matters)."""
-
-    def __init__(self) -> None:
-        self._items: deque[tuple[BaseModel, bool]] = deque()
-        self._ready = asyncio.Event()
-        self._idle = asyncio.Event()  # everything put was sent
-        self._idle.set()
-
-    def put(self, event: BaseModel, *, replaceable: bool = False) -> None:
-        self._idle.clear()
-        last = self._items[-1] if self._items else None
-        if replaceable and last is not None and last[1] and type(last[0]) is type(event):
-            self._items[-1] = (event, True)
-        else:
-            self._items.append((event, replaceable))
-        self._ready.set()
-
-    async def get(self) -> BaseModel:
-        while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
-        return self._items.popleft()[0]
-
-    def sent(self) -> None:
-        """The sender sent the event it got last."""
-        if not self._items:
-            self._idle.set()
-
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
-
-
-ErrorFactory = Callable[[LiveError], BaseModel]
+def offered_subprotocol(websocket: WebSocket) -> str | None:
+    """The subprotocol to accept: the client's first that is not the API key's."""
+    offered = [
+        p.strip()
+        for p in websocket.headers.get("sec-websocket-protocol", "").split(",")
+        if p.strip()
+    ]
+    plain = [p for p in offered if not p.startswith(WS_KEY_SUBPROTOCOL_PREFIX)]
+    return (plain or offered or [None])[0]
 
 
 async def serve(
@@ -173,47 +156,26 @@ async def serve(
     error_event: ErrorFactory,
     connection: Callable[[WebSocket, LiveDeps], LiveConnection],
 ) -> None:
-    """Admit the client (see the module docstring), then run its connection."""
+    """Admit the client (the key, then the host's admission), then run its connection."""
     settings = services.settings
-    offered = [
-        p.strip()
-        for p in websocket.headers.get("sec-websocket-protocol", "").split(",")
-        if p.strip()
-    ]
-    plain = [p for p in offered if not p.startswith(WS_KEY_SUBPROTOCOL_PREFIX)]
-    await websocket.accept(subprotocol=(plain or offered or [None])[0])
-
+    await websocket.accept(subprotocol=offered_subprotocol(websocket))
     presented = websocket_key(websocket) or websocket.query_params.get("api_key")
-    readiness, sessions = services.readiness, services.live
-    refusal: LiveError | None = None
-    if not key_matches(settings.api_key, presented):
-        message = "Incorrect API key provided." if presented else "You didn't provide an API key."
-        refusal = LiveError(message, "invalid_api_key", close=CLOSE_POLICY)
-    elif not readiness.ready:
-        detail = readiness.error or "the models are still loading; retry shortly"
-        refusal = LiveError(detail, "loading", close=CLOSE_TRY_AGAIN, type_="server_error")
-    elif sessions.drain.is_set() or readiness.draining:
-        refusal = LiveError("the server is shutting down; reconnect", "shutting_down",
-                            close=CLOSE_TRY_AGAIN, type_="server_error")  # fmt: skip
-    elif sessions.count >= settings.stream_max_sessions:
-        refusal = LiveError(
-            f"too many live sessions ({settings.stream_max_sessions}); retry later",
-            "too_many_sessions", close=CLOSE_TRY_AGAIN, type_="server_error",
-        )  # fmt: skip
-    if refusal is not None:
+    try:
+        if not key_matches(settings.api_key, presented):
+            message = (
+                "Incorrect API key provided." if presented else "You didn't provide an API key."
+            )
+            raise Rejected("invalid_api_key", message, kind="forbidden")
+        admission = services.live.admit()
+    except Rejected as refusal:
         with contextlib.suppress(Exception):
             await websocket.send_text(error_event(refusal).model_dump_json())
-            await websocket.close(code=refusal.close or CLOSE_POLICY, reason=refusal.code)
+            await websocket.close(code=close_code(refusal) or CLOSE_POLICY, reason=refusal.code)
         return
     services.metrics.active_streams.inc()
     try:
-        with sessions:
-            models = SessionModels(services.models)
-            deps = LiveDeps(settings, models, services.pool, models.vad, sessions.drain)
-            try:
-                await connection(websocket, deps).run()
-            finally:
-                models.close()
+        with admission:
+            await connection(websocket, LiveDeps(settings, services.live, admission)).run()
     finally:
         services.metrics.active_streams.dec()
 
@@ -225,7 +187,7 @@ class LiveConnection(ABC):
         self.ws = websocket
         self.deps = deps
         self.settings = deps.settings
-        self.outbox = Outbox()
+        self.outbox: Outbox[BaseModel] = Outbox()
         self.runner: LiveRunner | None = None
         self.max_frame = deps.settings.stream_max_frame_kb * 1024
 
@@ -237,10 +199,10 @@ class LiveConnection(ABC):
     @abstractmethod
     async def handle(self, message: dict[str, Any]) -> bool:
         """One `websocket.receive` message; True when the client asked to close. Raises
-        LiveError."""
+        Rejected."""
 
     @abstractmethod
-    def error_event(self, error: LiveError) -> BaseModel: ...
+    def error_event(self, error: Rejected) -> BaseModel: ...
 
     @abstractmethod
     def on_event(self, event: StreamEvent) -> None:
@@ -253,63 +215,49 @@ class LiveConnection(ABC):
     def describe(self) -> str:
         return ""
 
-    def failed(self, error: LiveError) -> None:
+    def failed(self, error: Rejected) -> None:
         """The session ends on `error` (sent next): say which of its results will not come.
         Nothing by default (the own protocol's `transcript.text.done` never comes either)."""
         return
 
     # ---- the session --------------------------------------------------------------------
     def start_runner(self, model: LoadedModel, options: StreamingOptions, pcm: PcmInput) -> None:
-        vad = self.deps.vad if options.vad is not None else None
-        self.runner = LiveRunner(
-            model.transcriber, options, vad, pcm, self.deps.pool, self.deps.limits, self.on_event
-        )
-        self.runner.start()
+        self.runner = self.deps.host.start(model, options, pcm, self.on_event)
         log.info("live session started: %s", self.describe())
 
     async def close_runner(self) -> str:
         """Finalize everything; the whole committed text."""
-        if self.runner is None:
-            return ""
-        try:
-            return await self.runner.close()
-        except LimitExceeded as e:
-            raise LiveError(str(e), e.code, close=CLOSE_INTERNAL, type_="server_error") from e
+        return "" if self.runner is None else await self.runner.close()
 
     # ---- the connection -----------------------------------------------------------------
     async def run(self) -> None:
         self.outbox.put(self.greeting())
         sender = asyncio.create_task(self._sender(), name="live-sender")
-        close_code, reason = CLOSE_NORMAL, "done"
+        close, reason = CLOSE_NORMAL, "done"
         try:
-            close_code, reason = await self._receive_loop()
+            close, reason = await self._receive_loop()
         except WebSocketDisconnect:
-            close_code = 0
-        except LiveError as e:
+            close = 0
+        except Rejected as e:  # a limit, shutdown (the pool closed), finalizing too long
             self._fail(e)
-            close_code, reason = e.close or CLOSE_POLICY, e.code
-        except PoolClosedError:
-            error = LiveError("the server is shutting down", "shutting_down",
-                              close=CLOSE_TRY_AGAIN, type_="server_error")  # fmt: skip
-            self._fail(error)
-            close_code, reason = CLOSE_TRY_AGAIN, error.code
+            close, reason = close_code(e) or CLOSE_INTERNAL, e.code
         except Exception as e:
             log.error("live session failed", exc_info=e)
-            error = LiveError("internal error", "internal_error", type_="server_error")
+            error = Rejected("internal_error", "internal error", kind="unavailable")
             self._fail(error)
-            close_code, reason = CLOSE_INTERNAL, "internal_error"
+            close, reason = CLOSE_INTERNAL, error.code
         finally:
             if self.runner is not None:
                 await self.runner.stop()
-        if close_code and self.ws.client_state == WebSocketState.CONNECTED:
-            await self._drain_outbox(sender)
+        if close and self.ws.client_state == WebSocketState.CONNECTED:
+            await self.outbox.wait_sent(sender)
             with contextlib.suppress(Exception):
-                await self.ws.close(code=close_code, reason=reason)
+                await self.ws.close(code=close, reason=reason)
         sender.cancel()
         with contextlib.suppress(BaseException):
             await sender
         if self.runner is not None:
-            stats = self.runner.session.stats()
+            stats = self.runner.stats()
             log.info(
                 "live session closed (%s): %.1f s audio, %d words, %d passes (%d dropped), "
                 "decode %.2f s",
@@ -317,7 +265,7 @@ class LiveConnection(ABC):
                 stats.skipped_passes, stats.decode_s,
             )  # fmt: skip
 
-    def _fail(self, error: LiveError) -> None:
+    def _fail(self, error: Rejected) -> None:
         self.failed(error)
         self.outbox.put(self.error_event(error))
 
@@ -327,23 +275,18 @@ class LiveConnection(ABC):
             await self.ws.send_text(event.model_dump_json())
             self.outbox.sent()
 
-    async def _drain_outbox(self, sender: asyncio.Task[None], timeout: float = 10.0) -> None:
-        """Until every event put was sent (or the sender stopped: the client is gone)."""
-        idle = asyncio.ensure_future(self.outbox.wait_idle())
-        await asyncio.wait({idle, sender}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        idle.cancel()
-
     async def _receive_loop(self) -> tuple[int, str]:
-        """Handle messages until the client closes (returns the close code) or a limit. At
-        server shutdown the session ends as on a client close, with close code 1001."""
+        """Handle messages until the client closes (returns the close code) or a refusal that
+        ends the session. At server shutdown the session ends as on a client close, with close
+        code 1001."""
         idle = self.settings.stream_idle_timeout_s
-        shutdown = asyncio.ensure_future(self.deps.drain.wait())
+        shutdown = asyncio.ensure_future(self.deps.host.drain.wait())
         try:
             while True:
                 receive = asyncio.ensure_future(self.ws.receive())
                 waits: set[asyncio.Future[Any]] = {receive, shutdown}
-                if self.runner is not None and self.runner.task is not None:
-                    waits.add(self.runner.task)
+                if self.runner is not None:
+                    waits.add(self.runner.done)
                 done, _ = await asyncio.wait(waits, timeout=idle,
                                              return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
                 if shutdown in done:
@@ -352,12 +295,12 @@ class LiveConnection(ABC):
                     return CLOSE_GOING_AWAY, "server shutting down"
                 if receive not in done:
                     receive.cancel()
-                    if self.runner is not None and self.runner.task in done:
-                        self.runner.task.result()  # raises its error
+                    if self.runner is not None and self.runner.done in done:
+                        self.runner.done.result()  # raises its error
                         raise RuntimeError("live session processing stopped")
-                    raise LiveError(
-                        f"no message for {idle:g} s: closing the idle session", "idle_timeout",
-                        close=CLOSE_POLICY,
+                    raise Rejected(
+                        "idle_timeout", f"no message for {idle:g} s: closing the idle session",
+                        kind="limit",
                     )  # fmt: skip
                 message = receive.result()
                 if message["type"] == "websocket.disconnect":
@@ -366,10 +309,8 @@ class LiveConnection(ABC):
                     if await self.handle(message):
                         await self.finish()
                         return CLOSE_NORMAL, "session closed"
-                except LimitExceeded as e:
-                    raise LiveError(str(e), e.code, close=CLOSE_POLICY) from e
-                except LiveError as e:
-                    if e.close is not None:
+                except Rejected as e:
+                    if ending(e) is not None:
                         raise
                     self.outbox.put(self.error_event(e))
         finally:

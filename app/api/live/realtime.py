@@ -39,8 +39,8 @@ from app.api.deps import ServicesDep
 from app.api.live.connection import (
     LiveConnection,
     LiveDeps,
-    LiveError,
     check_size,
+    error_type,
     load_json_event,
     serve,
 )
@@ -89,6 +89,7 @@ from app.service.live import (
     PcmInput,
     StreamEvent,
     StreamingOptions,
+    ending,
 )
 from app.service.live import SpeechStarted as SpeechBegan
 from app.service.live import SpeechStopped as SpeechEnded
@@ -97,11 +98,14 @@ from app.service.registry import LoadedModel
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["streaming"])
+MODEL_PARAM = "session.audio.input.transcription.model"
 
 
-def error_event(error: LiveError) -> ErrorEvent:
-    detail = ErrorDetail(type=error.type, code=error.code, message=str(error), param=error.param,
-                         event_id=error.event_id)  # fmt: skip
+def error_event(error: Rejected) -> ErrorEvent:
+    """OpenAI's `error` event; a refused client event is named by its id."""
+    event_id = error.event_id if isinstance(error, ProtocolError) else None
+    detail = ErrorDetail(type=error_type(error), code=error.code, message=error.message,
+                         param=error.param, event_id=event_id)  # fmt: skip
     return ErrorEvent(error=detail)
 
 
@@ -142,84 +146,74 @@ class RealtimeConnection(LiveConnection):
     def greeting(self) -> BaseModel:
         return SessionCreated(session=session_ga(self.config, self.session_id))
 
-    def error_event(self, error: LiveError) -> BaseModel:
+    def error_event(self, error: Rejected) -> BaseModel:
         return error_event(error)
 
-    def _update(self, session: dict[str, Any], event_id: str | None, *, beta: bool) -> None:
+    async def _update(self, session: dict[str, Any], event_id: str | None, *, beta: bool) -> None:
         apply = apply_beta if beta else apply_ga
         config, problems = apply(self.config, session, event_id=event_id)
         for problem in problems:
             self.outbox.put(problem.event())
         if any(p.code == "invalid_value" for p in problems):
             return  # rejected whole
-        model, options = self._resolve(config, event_id)
+        model, options = self._resolve(config)
         if config != self.config and self.runner is not None:
             if self.open is not None or self.ended or self.audio_since_commit:
-                raise LiveError(
-                    "the session changes once the audio in flight is transcribed: commit or "
-                    "clear it first", "session_busy", event_id=event_id,
+                raise Rejected(
+                    "session_busy", "the session changes once the audio in flight is "
+                    "transcribed: commit or clear it first",
                 )  # fmt: skip
-            self._retire_runner()
+            runner, self.runner = self.runner, None
+            await runner.stop()  # idle: the next audio starts one with the new settings
         self.config, self.beta = config, beta
         self.model, self.options = model, options
         answer = TranscriptionSessionUpdated if beta else SessionUpdated
         self.outbox.put(answer(session=self.session_object()))
 
-    def _resolve(
-        self, config: RealtimeConfig, event_id: str | None = None
-    ) -> tuple[LoadedModel, StreamingOptions]:
+    def _resolve(self, config: RealtimeConfig) -> tuple[LoadedModel, StreamingOptions]:
         """The loaded model `config` names and the session's options on it."""
         try:
             model = self.deps.registry.get(config.model)
         except Rejected as e:
-            raise LiveError(e.message, e.code, param="session.audio.input.transcription.model",
-                            event_id=event_id) from e  # fmt: skip
-        try:
-            return model, realtime_options(config, model, self.deps.defaults)
-        except Rejected as e:
-            raise LiveError(e.message, e.code, param=e.param, event_id=event_id) from e
-
-    def _retire_runner(self) -> None:
-        """Drop an idle runner; the next audio starts one with the new settings."""
-        runner, self.runner = self.runner, None
-        if runner is not None:
-            runner.cancel.set()
-            if runner.task is not None:
-                runner.task.cancel()
+            raise Rejected(e.code, e.message, param=MODEL_PARAM, kind=e.kind) from e
+        return model, realtime_options(config, model, self.deps.defaults)
 
     # ---- client events ------------------------------------------------------------------
     async def handle(self, message: dict[str, Any]) -> bool:
         data = message.get("bytes")
         if data is not None:
-            raise LiveError("send audio as input_audio_buffer.append events (base64 in JSON)",
-                            "invalid_message")  # fmt: skip
+            raise Rejected(
+                "invalid_message", "send audio as input_audio_buffer.append events (base64 in JSON)"
+            )
         text = message.get("text")
         if text is None:
-            raise LiveError("empty message", "invalid_message")
+            raise Rejected("invalid_message", "empty message")
         check_size(len(text), self.max_frame)
+        event = parse_client_event(load_json_event(text))
         try:
-            event = parse_client_event(load_json_event(text))
-        except ProtocolError as e:
-            raise LiveError(e.message, e.code, param=e.param, event_id=e.event_id) from e
-        match event:
-            case AudioAppend(audio=audio, event_id=event_id):
-                self._append(audio, event_id)
-            case AudioCommit(event_id=event_id):
-                self._commit(event_id)
-            case AudioClear():
-                self._clear()
-            case SessionUpdate(session=session, event_id=event_id):
-                self._update(session, event_id, beta=False)
-            case _:  # TranscriptionSessionUpdate
-                self._update(event.session, event.event_id, beta=True)
+            match event:
+                case AudioAppend(audio=audio):
+                    self._append(audio)
+                case AudioCommit():
+                    self._commit()
+                case AudioClear():
+                    self._clear()
+                case SessionUpdate(session=session, event_id=event_id):
+                    await self._update(session, event_id, beta=False)
+                case _:  # TranscriptionSessionUpdate
+                    await self._update(event.session, event.event_id, beta=True)
+        except Rejected as e:
+            if ending(e) is not None or isinstance(e, ProtocolError):
+                raise
+            raise ProtocolError(e.message, e.code, e.param, event.event_id) from e  # names it
         return False
 
-    def _append(self, audio: str, event_id: str | None) -> None:
+    def _append(self, audio: str) -> None:
         try:
             data = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError) as e:
-            raise LiveError(f"'audio' is not valid base64: {e}", "invalid_audio", param="audio",
-                            event_id=event_id) from e  # fmt: skip
+            raise Rejected("invalid_audio", f"'audio' is not valid base64: {e}",
+                           param="audio") from e  # fmt: skip
         if self.runner is None:
             pcm = PcmInput(self.config.encoding, self.config.rate)
             self.start_runner(self.model, self.options, pcm)
@@ -227,16 +221,15 @@ class RealtimeConnection(LiveConnection):
         try:
             self.runner.append(data)
         except AudioDecodeError as e:
-            raise LiveError(f"audio dropped: {e}", "invalid_audio", param="audio",
-                            event_id=event_id) from e  # fmt: skip
+            raise Rejected("invalid_audio", f"audio dropped: {e}", param="audio") from e
         self.audio_since_commit = self.audio_since_commit or bool(data)
         if self.open is None and self.config.turn_detection is None and data:
             self._open_item()  # without turns, the audio since the last commit is the next item
 
-    def _commit(self, event_id: str | None) -> None:
+    def _commit(self) -> None:
         if self.runner is None or not self.audio_since_commit:
-            raise LiveError("the input audio buffer is empty: nothing to commit",
-                            "input_audio_buffer_commit_empty", event_id=event_id)  # fmt: skip
+            raise Rejected("input_audio_buffer_commit_empty",
+                           "the input audio buffer is empty: nothing to commit")  # fmt: skip
         self.audio_since_commit = False
         item = self.open or self._open_item()
         self._end_item(item)
@@ -256,7 +249,7 @@ class RealtimeConnection(LiveConnection):
 
     # ---- items --------------------------------------------------------------------------
     def _now_s(self) -> float:
-        return self.runner.session.received_s if self.runner is not None else 0.0
+        return self.runner.received_s if self.runner is not None else 0.0
 
     def _open_item(self, start_s: float | None = None) -> _Item:
         self.open = _Item(new_item_id(), self.mark_s if start_s is None else start_s)
@@ -321,13 +314,13 @@ class RealtimeConnection(LiveConnection):
             case Finalized(reason=reason) if reason == "flush" or turns is not None:
                 self._complete()
 
-    def failed(self, error: LiveError) -> None:
+    def failed(self, error: Rejected) -> None:
         """Every item the client knows of and still waits for (committed, or open with deltas
         sent) gets `...transcription.failed` with the session's error."""
         waiting = [*self.ended, *([self.open] if self.open is not None and self.open.text else [])]
         self.ended.clear()
         self.open = None
-        reason = TranscriptionError(type=error.type, code=error.code, message=str(error))
+        reason = TranscriptionError(type=error_type(error), code=error.code, message=error.message)
         for item in waiting:
             self.outbox.put(TranscriptionFailed(item_id=item.id, error=reason))
 

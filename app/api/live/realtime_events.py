@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.service.errors import Rejected
+
 _ALPHANUMERIC = string.ascii_letters + string.digits
 
 
@@ -202,8 +204,9 @@ ServerEvent = Annotated[
 # --- client events -------------------------------------------------------------------------
 
 
-class ProtocolError(Exception):
-    """A client event or session setting that cannot be used; `.event()` is the answer."""
+class ProtocolError(Rejected):
+    """A client event or session setting that cannot be used, named by the client event's id
+    (`event_id`); `.event()` is the answer."""
 
     def __init__(
         self,
@@ -212,10 +215,7 @@ class ProtocolError(Exception):
         param: str | None = None,
         event_id: str | None = None,
     ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.param = param
+        super().__init__(code, message, param=param)
         self.event_id = event_id
 
     def event(self) -> ErrorEvent:

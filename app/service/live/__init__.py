@@ -1,7 +1,8 @@
 """Live transcription: one audio stream in, committed text out while the person speaks.
 
-`runner.LiveRunner` drives a `session.StreamingSession` from the event loop for every live
-protocol (the WebSocket adapters in `app.api.live`); the session wires admission
+`host.LiveHost` admits the sessions of every live protocol (the adapters in `app.api.live`) and
+starts their `runner.LiveRunner`, which drives a `session.StreamingSession` from the event loop;
+the session wires admission
 (`admission`), passes (`window_pass`), the commit policy (`policy`), the buffer's committed
 context (`context`) and what the client has been told (`transcript`).
 """
@@ -19,22 +20,25 @@ from app.service.live.events import (
     StreamSegment,
     StreamStats,
 )
+from app.service.live.host import Admission, LiveHost, Outbox, ending
 from app.service.live.options import POLICIES, StreamingOptions
 from app.service.live.pcm import ENCODINGS, FramedPcm, PcmInput
-from app.service.live.runner import LimitExceeded, LiveLimits, LiveRunner
+from app.service.live.runner import LiveLimits, LiveRunner
 from app.service.live.session import StreamingSession
 
 __all__ = [
     "ENCODINGS",
     "POLICIES",
+    "Admission",
     "AudioDecodeError",
     "BufferCleared",
     "CommittedText",
     "Finalized",
     "FramedPcm",
-    "LimitExceeded",
+    "LiveHost",
     "LiveLimits",
     "LiveRunner",
+    "Outbox",
     "PartialText",
     "PcmInput",
     "SileroVad",
@@ -46,4 +50,5 @@ __all__ = [
     "StreamingOptions",
     "StreamingSession",
     "VadOptions",
+    "ending",
 ]

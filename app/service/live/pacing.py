@@ -13,31 +13,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sized
+from typing import Generic, TypeVar
+
+Chunk = TypeVar("Chunk", bound=Sized)
 
 
-class RealTimeFeed:
-    """Feeds `sink` (e.g. `LiveRunner.append`) from a queue at real-time pace; event loop only.
+class RealTimeFeed(Generic[Chunk]):
+    """Feeds `sink` (e.g. `LiveRunner.feed`) from a queue at real-time pace; event loop only.
 
-    `bytes_per_s`: the client's audio bytes per second of sound. An error of `sink` (a session
-    limit) stops the feed and is raised by the next `check()`.
+    Chunks are anything with a length (bytes, f32 samples); `per_s`: that length per second of
+    sound. An error of `sink` (a session limit) stops the feed and is raised by the next
+    `check()`.
     """
 
-    def __init__(
-        self, sink: Callable[[bytes], None], bytes_per_s: int, lead_s: float = 0.5
-    ) -> None:
+    def __init__(self, sink: Callable[[Chunk], None], per_s: int, lead_s: float = 0.5) -> None:
         self.sink = sink
-        self.bytes_per_s = bytes_per_s
+        self.per_s = per_s
         self.lead_s = lead_s
-        self._queue: deque[bytes] = deque()
-        self._fed = 0  # bytes handed to the runner
+        self._queue: deque[Chunk] = deque()
+        self._fed = 0  # length handed to the sink
         self._loop = asyncio.get_running_loop()
         self._started = self._loop.time()
         self._more = asyncio.Event()
         self._error: BaseException | None = None
         self._task = asyncio.create_task(self._run(), name="live-feed")
 
-    def put(self, data: bytes) -> None:
+    def put(self, data: Chunk) -> None:
         self._queue.append(data)
         self._more.set()
 
@@ -62,17 +64,17 @@ class RealTimeFeed:
             await self._more.wait()
             self._more.clear()
             while self._queue and self._error is None:
-                due = self._started + self._fed / self.bytes_per_s - self.lead_s
+                due = self._started + self._fed / self.per_s - self.lead_s
                 delay = due - self._loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)  # the pace itself: a deadline, not a poll
                 if self._queue:
                     self._append(self._queue.popleft())
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, data: Chunk) -> None:
         self._fed += len(data)
         try:
             self.sink(data)
-        except Exception as e:  # LimitExceeded, AudioDecodeError: reported by check()
+        except Exception as e:  # a session limit (Rejected): reported by check()
             self._error = e
             self._queue.clear()

@@ -8,7 +8,10 @@
 The session's events are handed to `on_event` on the event loop, in order. A pass the pool has
 no room for waits until a job finishes and is tried again (the audio waits in the inbox and the
 next pass covers it); a closed pool (server shutdown) ends the session with `PoolClosedError`. The
-limits (`LiveLimits`) are checked as audio arrives (`LimitExceeded`).
+limits (`LiveLimits`) are checked as audio arrives (`Rejected`, kind "limit").
+
+Adapters read `received_s`, `stats()` and `done` (the processing ended: its error, if any, is
+raised by awaiting it); they never reach into the session or the task.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from app.engine.vad import SileroVad
-from app.service.live.events import StreamEvent
+from app.service.errors import Rejected
+from app.service.live.events import StreamEvent, StreamStats
 from app.service.live.options import StreamingOptions
 from app.service.live.pcm import PcmInput
 from app.service.live.session import StreamingSession
@@ -41,17 +47,8 @@ class LiveLimits:
     finish_timeout_s: float = 120.0
 
 
-class LimitExceeded(Exception):
-    """A `LiveLimits` limit was passed; `code` names it (session_too_long, buffer_overflow,
-    timeout)."""
-
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 class LiveRunner:
-    """One session's work; create on the event loop, then `start()`."""
+    """One session's work; create on the event loop (its processing starts at once)."""
 
     def __init__(
         self,
@@ -63,87 +60,107 @@ class LiveRunner:
         limits: LiveLimits,
         on_event: Callable[[StreamEvent], None],
     ) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.on_event = on_event
-        self.session = StreamingSession(transcriber, options, vad, self._post)
-        self.pcm = pcm
-        self.pool = pool
-        self.limits = limits
-        self.cancel = threading.Event()
+        self._loop = asyncio.get_running_loop()
+        self._on_event = on_event
+        self._session = StreamingSession(transcriber, options, vad, self._post)
+        self._pcm = pcm
+        self._pool = pool
+        self._limits = limits
+        self._cancel = threading.Event()
         self._wake = asyncio.Event()
         self._finished = asyncio.Event()
         self._closing = False
-        self.task: asyncio.Task[None] | None = None
+        self._task = asyncio.create_task(self._process(), name="live-session")
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._process(), name="live-session")
+    @property
+    def done(self) -> asyncio.Future[None]:
+        """Done when the processing ended: with its error, or after `close()` finished."""
+        return self._task
+
+    @property
+    def received_s(self) -> float:
+        """Stream seconds of audio the session has received (cleared audio included)."""
+        return self._session.received_s
+
+    def stats(self) -> StreamStats:
+        return self._session.stats()
 
     def _post(self, event: StreamEvent) -> None:
         """Called on worker threads: hand the event to the loop."""
         with contextlib.suppress(RuntimeError):  # loop closed
-            self.loop.call_soon_threadsafe(self.on_event, event)
+            self._loop.call_soon_threadsafe(self._on_event, event)
 
     # ---- input (event loop) -----------------------------------------------------------------
     def append(self, data: bytes) -> None:
-        """Raw client audio. Raises AudioDecodeError (the chunk is dropped) or LimitExceeded."""
-        self.session.append(self.pcm.convert(data))
-        if self.session.received_s > self.limits.max_session_s:
-            raise LimitExceeded(
-                f"the session passed the limit of {self.limits.max_session_s:g} s of audio",
+        """Raw client audio. Raises AudioDecodeError (the chunk is dropped) or `Rejected` (a
+        limit)."""
+        self.feed(self.convert(data))
+
+    def convert(self, data: bytes) -> np.ndarray:
+        """Raw client audio -> f32 16 kHz samples (once per chunk: a caller that keeps the
+        audio too, such as a Wyoming utterance, feeds these). Raises AudioDecodeError."""
+        return self._pcm.convert(data)
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Converted audio into the session. Raises `Rejected` (kind "limit")."""
+        self._session.append(samples)
+        limits = self._limits
+        if self._session.received_s > limits.max_session_s:
+            raise Rejected(
                 "session_too_long",
+                f"the session passed the limit of {limits.max_session_s:g} s of audio",
+                kind="limit",
             )
-        if self.session.inbox_s > self.limits.max_buffered_s:
-            raise LimitExceeded(
-                f"more than {self.limits.max_buffered_s:g} s of audio are waiting to be "
-                "transcribed: send audio at most as fast as it is transcribed",
+        if self._session.inbox_s > limits.max_buffered_s:
+            raise Rejected(
                 "buffer_overflow",
+                f"more than {limits.max_buffered_s:g} s of audio are waiting to be transcribed: "
+                "send audio at most as fast as it is transcribed",
+                kind="limit",
             )
         self._wake.set()
 
     def commit(self) -> None:
         """Finalize what was sent (the resampler keeps its few ms of delay for what follows)."""
-        self.session.flush()
+        self._session.flush()
         self._wake.set()
 
     def clear(self) -> None:
-        self.session.clear()
+        self._session.clear()
         self._wake.set()
 
     async def close(self) -> str:
         """Finalize everything (the resampler drained too) and return the whole text. Raises
-        LimitExceeded when finalizing takes longer than `finish_timeout_s`, or the error that
-        stopped the processing."""
-        self.session.append(self.pcm.finish())
-        self.session.flush()
+        `Rejected` ("timeout") when finalizing takes longer than `finish_timeout_s`, or the
+        error that stopped the processing."""
+        self._session.append(self._pcm.finish())
+        self._session.flush()
         self._closing = True
         self._wake.set()
-        assert self.task is not None
         finished = asyncio.ensure_future(self._finished.wait())
         done, _ = await asyncio.wait(
-            {finished, self.task},
-            timeout=self.limits.finish_timeout_s,
+            {finished, self._task},
+            timeout=self._limits.finish_timeout_s,
             return_when=asyncio.FIRST_COMPLETED,
         )
         if finished not in done:
             finished.cancel()
-            if self.task in done:
-                self.task.result()
-            raise LimitExceeded("finalizing took too long", "timeout")
-        return self.session.text
+            if self._task in done:
+                self._task.result()
+            raise Rejected("timeout", "finalizing took too long", kind="limit")
+        return self._session.text
 
     async def stop(self) -> None:
-        """Stop at once (the client left or the session failed)."""
-        self.cancel.set()
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-        if self.task is not None:
-            with contextlib.suppress(BaseException):
-                await self.task
+        """Stop at once (the client left, the session failed or is replaced)."""
+        self._cancel.set()
+        self._task.cancel()
+        with contextlib.suppress(BaseException):
+            await self._task
 
     # ---- processing -------------------------------------------------------------------------
     async def _process(self) -> None:
         """Runs the session's work whenever woken; sets `_finished` once closing and idle."""
-        session = self.session
+        session = self._session
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -156,7 +173,7 @@ class LiveRunner:
     async def _decode(self) -> None:
         while True:
             try:
-                await self.pool.run(lambda: self.session.decode(self.cancel), self.cancel)
+                await self._pool.run(lambda: self._session.decode(self._cancel), self._cancel)
                 return
             except QueueFullError:
-                await self.pool.room()  # the audio waits in the inbox; retry
+                await self._pool.room()  # the audio waits in the inbox; retry

@@ -1,11 +1,12 @@
 """One spoken command, transcribed whole: what a voice assistant acts on (the Wyoming protocol).
 
-A live session streams words while the person speaks, but its commits are irrevocable guesses
-made on partial audio. The text a voice assistant acts on is better taken from the whole
-utterance, transcribed as an uploaded file is. That pass starts early:
+A live session (`LiveRunner`) streams words while the person speaks, but its commits are
+irrevocable guesses made on partial audio. The text a voice assistant acts on is better taken
+from the whole utterance, transcribed as an uploaded file is. That pass starts early:
 
-    audio arrives      -> kept (up to `max_s`; longer: no whole pass, the live text stands)
-    ... as spoken      -> (`heard`: the audio at real-time pace, as the live session gets it)
+    audio arrives      -> converted to f32 16 kHz once (the runner's converter), kept (up to
+                          `max_s`; longer: no whole pass, the live text stands)
+    ... as spoken      -> to the live session and the pause detector at real-time pace
     speaker pauses     -> (`PAUSE_S` of silence after speech, by the utterance's own VAD
                           stream) a whole pass starts on the audio received so far, on the
                           shared worker pool
@@ -22,7 +23,8 @@ already. A pause inside the command costs one dropped pass (a queued one costs n
 detector runs on the event loop as audio is heard: one Silero call per 32 ms chunk (~0.15 ms).
 It hears the audio at real-time pace (`RealTimeFeed`), not as it arrives: a recording sent in
 one burst has no pauses in time, and passes started at each of its pauses would be work
-wasted against the one pass the client waits for.
+wasted against the one pass the client waits for. (The live session's own VAD cannot serve as
+the detector: it runs between the session's passes, so it hears a pause a pass later.)
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.engine.vad import SileroVad, VadOptions, VadStream
+from app.runtime.contract import SAMPLE_RATE
 from app.service.jobs import TranscriptionJob, TranscriptionResult
-from app.service.live.pcm import FramedPcm
+from app.service.live.pacing import RealTimeFeed
+from app.service.live.runner import LiveRunner
 from app.service.pool import WorkerPool
 from app.service.registry import LoadedModel
 
@@ -46,66 +50,56 @@ log = logging.getLogger(__name__)
 PAUSE_S = 0.2  # silence after speech that starts the early whole pass
 
 
-@dataclass(frozen=True)
-class UtteranceFormat:
-    """How the client's PCM is framed: `rate` Hz, `width` bytes per sample, `channels`."""
-
-    rate: int
-    width: int
-    channels: int
-
-    @property
-    def bytes_per_s(self) -> int:
-        return self.rate * self.width * self.channels
-
-    def to_float(self, data: bytes) -> np.ndarray:
-        """f32 16 kHz mono samples of whole frames."""
-        framed = FramedPcm(self.rate, self.width, self.channels)
-        return np.concatenate([framed.convert(data), framed.finish()])
-
-
 @dataclass
 class _Early:
     task: asyncio.Task[TranscriptionResult]
-    upto: int  # bytes of the recording it transcribes
+    upto: int  # samples of the recording it transcribes
 
 
 class Utterance:
-    """The audio of one utterance and its whole-utterance transcription; event loop only."""
+    """One utterance: its live session, its audio and its whole-utterance transcription; event
+    loop only."""
 
     def __init__(
         self,
+        runner: LiveRunner,
         model: LoadedModel,
         pool: WorkerPool,
         vad: SileroVad | None,
-        fmt: UtteranceFormat,
         job: TranscriptionJob,
         max_s: float,
     ) -> None:
-        self.model, self.pool, self.vad, self.fmt, self.job = model, pool, vad, fmt, job
-        self.recorded: bytearray | None = bytearray()
-        self.limit = int(max_s * fmt.rate) * fmt.width * fmt.channels
+        self.runner, self.model, self.pool, self.vad, self.job = runner, model, pool, vad, job
+        self._recorded: list[np.ndarray] | None = []  # f32 16 kHz pieces
+        self._samples = 0
+        self._limit = round(max_s * SAMPLE_RATE)
         self._early: _Early | None = None
-        self._pcm = FramedPcm(fmt.rate, fmt.width, fmt.channels)  # the detector's 16 kHz view
         self._pauses = (
             VadStream(vad, VadOptions(min_silence_s=PAUSE_S)) if vad is not None else None
         )
+        self._feed = RealTimeFeed(self._heard, SAMPLE_RATE)
 
     def add(self, data: bytes) -> None:
-        """Whole frames of the client's PCM (checked by the caller), as they arrive."""
-        if self.recorded is None:
+        """The client's PCM as it arrives. Raises AudioDecodeError (the chunk is dropped) or
+        the limit the live session passed meanwhile (`Rejected`)."""
+        samples = self.runner.convert(data)  # the one conversion
+        self._feed.check()
+        self._feed.put(samples)
+        if self._recorded is None:
             return
-        if len(self.recorded) + len(data) > self.limit:
-            self.recorded = None  # too long to hold: the live text will be the transcript
+        if self._samples + samples.shape[0] > self._limit:
+            self._recorded = None  # too long to hold: the live text will be the transcript
             self._drop_early()
         else:
-            self.recorded += data
+            self._recorded.append(samples)
+            self._samples += samples.shape[0]
 
-    def heard(self, data: bytes) -> None:
-        """The same audio again, at the pace it was spoken: watched for pauses."""
-        if self._pauses is None or self.recorded is None:
+    def _heard(self, samples: np.ndarray) -> None:
+        """The same audio, at the pace it was spoken: to the live session, watched for pauses."""
+        self.runner.feed(samples)
+        if self._pauses is None or self._recorded is None:
             return
-        for event in self._pauses.feed(self._pcm.convert(data)):
+        for event in self._pauses.feed(samples):
             if event.kind == "end":
                 self._speech_stopped()
             else:
@@ -114,48 +108,64 @@ class Utterance:
     def _speech_stopped(self) -> None:
         """The speaker paused: transcribe what was said so far, in case that was all."""
         self._drop_early()
-        data = bytes(self.recorded or b"")
-        if data:
-            self._early = _Early(asyncio.ensure_future(self._whole(data)), len(data))
+        if self._samples:
+            audio = self._audio()
+            self._early = _Early(asyncio.ensure_future(self._whole(audio)), audio.shape[0])
 
-    async def transcript(self) -> TranscriptionResult | None:
-        """The whole utterance's transcription (None when it was too long to hold)."""
-        if self.recorded is None:
-            return None
-        early = self._early
-        tail = bytes(self.recorded[early.upto :]) if early is not None else b""
-        if early is not None and not self._speech_in(tail):
+    async def finish(self) -> tuple[str, str | None]:
+        """The client stopped: the transcript's text and language. The whole utterance's
+        transcription; the live session's text when it was too long to hold."""
+        if self._recorded is None:
+            self._feed.flush()
+            text = (await self.runner.close()).strip()
+            return text, self.job.options.language
+        await self._feed.stop()
+        await self.runner.stop()  # the whole-utterance pass covers everything
+        result = await self._transcript()
+        return result.text, result.language
+
+    async def _transcript(self) -> TranscriptionResult:
+        audio, early = self._audio(), self._early
+        if early is not None and not self._speech_in(audio[early.upto :]):
             log.info(
                 "utterance: the pass started at the pause answers (%.2f s of silence after it)",
-                len(tail) / self.fmt.bytes_per_s,
+                (audio.shape[0] - early.upto) / SAMPLE_RATE,
             )
             return await early.task
         self._drop_early()
-        return await self._whole(bytes(self.recorded))
+        return await self._whole(audio)
 
-    def close(self) -> None:
-        """Stop the early pass (the connection ended; an awaited pass stops with its caller)."""
+    async def close(self) -> None:
+        """Stop the feed, the live session and the early pass (an awaited pass stops with its
+        caller)."""
+        await self._feed.stop()
         self._drop_early()
+        await self.runner.stop()
 
     # ---- internals ----------------------------------------------------------------------
-    async def _whole(self, data: bytes) -> TranscriptionResult:
+    def _audio(self) -> np.ndarray:
+        pieces = self._recorded or []
+        if len(pieces) > 1:
+            pieces[:] = [np.concatenate(pieces)]
+        return pieces[0] if pieces else np.zeros(0, np.float32)
+
+    async def _whole(self, audio: np.ndarray) -> TranscriptionResult:
         """A pass on the worker pool; cancelling the awaiting task stops it (its own event)."""
-        fmt, job, model = self.fmt, self.job, self.model
+        job, model = self.job, self.model
         cancel = threading.Event()
 
         def work() -> TranscriptionResult:
-            return model.transcribe_samples(fmt.to_float(data), job, cancel)
+            return model.transcribe_samples(audio, job, cancel)
 
         return await self.pool.run(work, cancel)
 
-    def _speech_in(self, tail: bytes) -> bool:
+    def _speech_in(self, tail: np.ndarray) -> bool:
         """Whether the audio after the pause holds speech (no VAD: assume it does)."""
-        if not tail:
+        if not tail.shape[0]:
             return False
         if self.vad is None:
             return True
-        probs = self.vad.probs(self.fmt.to_float(tail))
-        return bool(np.any(probs >= VadOptions().threshold))
+        return bool(np.any(self.vad.probs(tail) >= VadOptions().threshold))
 
     def _drop_early(self) -> None:
         early, self._early = self._early, None

@@ -1,0 +1,313 @@
+"""Home Assistant's Wyoming protocol: speech-to-text over TCP on the same models, scheduler and
+limits as the HTTP API (`STT_WYOMING_PORT`; off when empty).
+
+One connection at a time per client, events framed by the `wyoming` package:
+
+    describe                      -> info (an `asr` program: the models, their languages)
+    transcribe {name, language}   -> (model and language of the next utterance; optional)
+    audio-start {rate, width, channels}
+                                  -> transcript-start {language}
+    audio-chunk ... (PCM)         -> transcript-chunk {text} as words are committed, while the
+                                     person speaks (the live-session core the WebSocket uses)
+    audio-stop                    -> transcript {text, language}, transcript-stop
+
+The `transcript` is the whole utterance transcribed as an uploaded file is (greedy, the server's
+defences), on the shared worker pool, started as soon as the speaker pauses
+(`app/service/live/utterance.py`): the chunks come early from the live session and may differ
+from it by a word; the transcript is the text to act on. An utterance longer than
+`FINAL_PASS_MAX_S` keeps the live session's text instead (its audio is not held). Each
+utterance is a live session of the live host (`app/service/live/host.py`): admitted at
+`audio-start` (loading, shutting down, `STT_STREAM_MAX_SESSIONS`: an `error` event, then the
+connection closes), its runner and limits, its close table.
+
+Audio in any rate (8-192 kHz), sample width (1, 2 or 4 bytes) and channel count (averaged) the
+`audio-start` announces. Bad input gets an `error` event {text, code}: an unknown event, a chunk
+before `audio-start` or in another format than announced, an unsupported format, an unknown
+model or language; the connection goes on. What ends a live session (the host's table: a header
+or chunk larger than `STT_STREAM_MAX_FRAME_KB`, a client silent for `STT_STREAM_IDLE_TIMEOUT_S`,
+a session limit, a refused admission) or more than `STT_WYOMING_MAX_CLIENTS` connections: an
+`error` event, then the connection closes.
+
+Trust model: like Home Assistant's own Wyoming servers there is no authentication (the protocol
+has none): bind it to a LAN or a host-only address you trust (`STT_WYOMING_HOST`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event, async_read_event, async_write_event
+from wyoming.info import AsrModel, AsrProgram, Attribution, Describe, Info
+from wyoming.ping import Ping, Pong
+from wyoming.server import AsyncTcpServer
+
+from app.api.discovery import WyomingAnnouncement
+from app.api.live.connection import LiveDeps
+from app.api.live.stream_options import wyoming_options
+from app.api.live.wyoming_framing import BoundedReader, close_gently
+from app.api.services import Services
+from app.service.errors import Rejected
+from app.service.live import (
+    AudioDecodeError,
+    CommittedText,
+    FramedPcm,
+    LiveRunner,
+    Outbox,
+    StreamEvent,
+    ending,
+)
+from app.service.live.utterance import Utterance
+from app.service.model_leases import SessionModels
+from app.service.options import model_language, model_languages
+from app.service.registry import LoadedModel
+
+log = logging.getLogger(__name__)
+
+FINAL_PASS_MAX_S = 120.0  # utterances up to this long get the whole-utterance transcript
+ATTRIBUTION = Attribution(name="OpenAI", url="https://github.com/openai/whisper")
+PROGRAM = Attribution(name="stt-openvino", url="https://github.com/openai/whisper")
+
+
+class WyomingServer:
+    """The TCP server, started and stopped by the app's lifespan."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        settings = services.settings
+        self.settings = settings
+        self.clients = 0
+        self._server = AsyncTcpServer(settings.wyoming_host, settings.wyoming_port or 0)
+        self._announcement = (
+            WyomingAnnouncement(
+                settings.wyoming_zeroconf, settings.wyoming_port or 0, settings.wyoming_host
+            )
+            if settings.wyoming_zeroconf
+            else None
+        )
+
+    async def start(self) -> None:
+        await self._server.start(self._handler)
+        log.info(
+            "Wyoming protocol on %s:%s", self.settings.wyoming_host, self.settings.wyoming_port
+        )
+        if self._announcement is not None:
+            await self._announcement.start()
+
+    async def stop(self) -> None:
+        if self._announcement is not None:
+            await self._announcement.stop()
+        await self._server.stop()
+
+    def _handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> SttHandler:
+        return SttHandler(reader, writer, self, self.services)
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """One utterance in flight: its admission by the live host, its format, its session."""
+
+    deps: LiveDeps
+    pcm: FramedPcm
+    utterance: Utterance
+
+    async def end(self) -> None:
+        await self.utterance.close()
+        self.deps.admission.close()
+
+
+class SttHandler:
+    """One Wyoming connection: reads events, runs one utterance at a time."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        server: WyomingServer,
+        services: Services,
+    ) -> None:
+        settings = services.settings
+        self.reader = BoundedReader(reader, settings.stream_max_frame_kb * 1024)
+        self.writer = writer
+        self.server = server
+        self.services = services
+        self.models = SessionModels(services.models)  # what `transcribe` names, until the end
+        self.idle_timeout = settings.stream_idle_timeout_s
+        self.model_name: str | None = None  # None = the default model
+        self.language: str | None = None
+        self.current: _InFlight | None = None
+        self.outbox: Outbox[Event] = Outbox()
+        self._sender = asyncio.create_task(self._send(), name="wyoming-sender")
+
+    async def stop(self) -> None:
+        """The server stops (`AsyncServer.stop` calls this): drop the connection."""
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+    async def run(self) -> None:
+        server = self.server
+        server.clients += 1
+        try:
+            if server.clients > server.settings.wyoming_max_clients:
+                limit = server.settings.wyoming_max_clients
+                self._error(Rejected("busy", f"the server serves at most {limit} Wyoming clients"))
+                return
+            await self._serve()
+        except Exception:
+            log.exception("wyoming: the connection failed")
+        finally:
+            server.clients -= 1
+            await self._end_utterance()
+            await self.outbox.wait_sent(self._sender)
+            self._sender.cancel()
+            await close_gently(self.reader.reader, self.writer)
+            self.models.close()
+
+    async def _serve(self) -> None:
+        """Events until the client closes or a refusal ends the session (the host's table)."""
+        while True:
+            try:
+                event = await asyncio.wait_for(
+                    async_read_event(self.reader),  # type: ignore[arg-type]
+                    self.idle_timeout,
+                )
+                if event is None:  # the client closed, or sent a line that is not JSON
+                    return
+            except TimeoutError:
+                message = f"no event for {self.idle_timeout:g} s"
+                self._error(Rejected("idle_timeout", message, kind="limit"))
+                return
+            except (ConnectionError, asyncio.IncompleteReadError):
+                return
+            except Rejected as e:  # an oversized event
+                self._error(e)
+                return
+            try:
+                await self._handle(event)
+            except Rejected as e:
+                self._error(e)
+                if ending(e) is not None:
+                    return
+
+    # ---- events -------------------------------------------------------------------------
+    async def _handle(self, event: Event) -> None:
+        if Describe.is_type(event.type):
+            self.outbox.put(self._info().event())
+        elif Ping.is_type(event.type):
+            self.outbox.put(Pong(text=Ping.from_event(event).text).event())
+        elif Transcribe.is_type(event.type):
+            request = Transcribe.from_event(event)
+            model = self._model(self.models, request.name)
+            model_language(model.name, model.multilingual, request.language)  # checked now
+            self.model_name, self.language = request.name, request.language
+        elif AudioStart.is_type(event.type):
+            await self._start(AudioStart.from_event(event))
+        elif AudioChunk.is_type(event.type):
+            self._chunk(AudioChunk.from_event(event))
+        elif AudioStop.is_type(event.type):
+            await self._stop()
+        else:
+            raise Rejected("unknown_event", f"unknown event type {event.type!r}")
+
+    def _info(self) -> Info:
+        models = []
+        for name in self.services.settings.models:
+            info = self.models.info(name)
+            loaded = info is not None
+            multilingual = info is not None and info.multilingual
+            models.append(AsrModel(
+                name=name, description=f"Whisper {name} (OpenVINO)", attribution=ATTRIBUTION,
+                installed=loaded, version=None,
+                languages=model_languages(multilingual) if loaded else [],
+            ))  # fmt: skip
+        program = AsrProgram(
+            name="stt-openvino",
+            description="Whisper speech-to-text on OpenVINO (NPU, GPU, CPU)",
+            attribution=PROGRAM,
+            installed=True,
+            version=None,
+            models=models,
+            supports_transcript_streaming=True,
+        )
+        return Info(asr=[program])
+
+    def _model(self, models: SessionModels, name: str | None) -> LoadedModel:
+        readiness = self.services.readiness
+        if not readiness.ready:
+            message = readiness.error or "the models are still loading; retry shortly"
+            raise Rejected("loading", message, kind="unavailable")
+        return models.get(name or None)
+
+    async def _start(self, start: AudioStart) -> None:
+        await self._end_utterance()
+        try:
+            pcm = FramedPcm(start.rate, start.width, start.channels)
+        except ValueError as e:
+            raise Rejected("unsupported_audio", f"unsupported audio: {e}") from e
+        host = self.services.live
+        deps = LiveDeps(self.services.settings, host, host.admit())
+        try:
+            model = self._model(deps.registry, self.model_name)
+            options, job = wyoming_options(model, self.language, deps.defaults)
+        except Rejected:
+            deps.admission.close()
+            raise
+        runner = host.start(model, options, pcm, lambda e: self._on_event(runner, e))
+        utterance = Utterance(runner, model, host.pool, deps.vad, job, FINAL_PASS_MAX_S)
+        self.current = _InFlight(deps, pcm, utterance)
+        self.outbox.put(TranscriptStart(language=job.options.language or None).event())
+
+    def _chunk(self, chunk: AudioChunk) -> None:
+        current = self.current
+        if current is None:
+            raise Rejected("no_audio_start", "audio-chunk before audio-start")
+        pcm = current.pcm
+        announced = (pcm.sample_rate, pcm.width, pcm.channels)
+        if (chunk.rate, chunk.width, chunk.channels) != announced:
+            raise Rejected(
+                "audio_format_changed", f"audio-chunk is {chunk.rate} Hz x {chunk.width} byte(s)"
+                f" x {chunk.channels} channel(s), audio-start announced {announced[0]} Hz x "
+                f"{announced[1]} x {announced[2]}: chunk dropped",
+            )  # fmt: skip
+        try:
+            current.utterance.add(chunk.audio)
+        except AudioDecodeError as e:
+            raise Rejected("invalid_audio", f"audio dropped: {e}") from e
+
+    async def _stop(self) -> None:
+        if self.current is None:
+            raise Rejected("no_audio_start", "audio-stop before audio-start")
+        text, language = await self.current.utterance.finish()
+        await self.outbox.wait_sent(self._sender)  # every transcript-chunk before the transcript
+        self.outbox.put(Transcript(text=text, language=language).event())
+        self.outbox.put(TranscriptStop().event())
+        await self._end_utterance()
+
+    async def _end_utterance(self) -> None:
+        current, self.current = self.current, None
+        if current is not None:
+            await current.end()
+
+    # ---- output ---------------------------------------------------------------------------
+    def _on_event(self, runner: LiveRunner, event: StreamEvent) -> None:
+        """A live session's event: committed words go out as transcript chunks."""
+        current = self.current
+        live = current is not None and current.utterance.runner is runner  # not an ended one
+        if live and isinstance(event, CommittedText) and event.text.strip():
+            self.outbox.put(TranscriptChunk(text=event.text).event())
+
+    async def _send(self) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):  # the client left
+            while True:
+                event = await self.outbox.get()
+                await async_write_event(event, self.writer)
+                self.outbox.sent()
+
+    def _error(self, error: Rejected) -> None:
+        log.info("wyoming: %s (%s)", error.message, error.code)
+        self.outbox.put(Error(text=error.message, code=error.code).event())
