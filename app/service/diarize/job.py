@@ -1,0 +1,158 @@
+"""A transcription with speakers: one blocking job on the worker pool.
+
+The upload is decoded once; the known speakers' reference clips are checked and embedded, the
+audio diarized, then transcribed with word timing; each transcript segment is split by speaker as
+it is finished (`on_segments`, for streaming). The speaker models load on first use
+(`load_diarizer`); a server without them refuses diarization with a message saying how to build
+them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from app.engine.audio import AudioDecodeError, decode_audio
+from app.engine.speakers import SpeakerModelsMissing, TooLittleSpeech, load_speaker_models
+from app.runtime.contract import SAMPLE_RATE
+from app.runtime.sessions import RuntimeOptions
+from app.service.diarize.activity import Turn
+from app.service.diarize.attribution import (
+    FIRST,
+    SpeakerSegment,
+    speaker_segments,
+    word_speaker,
+)
+from app.service.diarize.clustering import SpeakerHints
+from app.service.diarize.pipeline import DiarizationOptions, Diarizer
+from app.service.errors import Rejected
+from app.service.jobs import TranscriptionJob, TranscriptionResult
+from app.service.registry import LoadedModel
+from app.service.results import Segment
+
+log = logging.getLogger(__name__)
+
+REFERENCE_S = (2.0, 10.0)  # OpenAI's bounds on a known speaker's reference clip
+REFERENCES_PARAM = "known_speaker_references[]"
+_loading = threading.Lock()
+
+
+@dataclass(frozen=True)
+class SpeakerJob:
+    """What a request asks of diarization: count hints and known speakers (each a name and its
+    reference clip, f32 16 kHz mono: `known_clips` checks and decodes them)."""
+
+    hints: SpeakerHints = field(default_factory=SpeakerHints)
+    known: tuple[tuple[str, np.ndarray], ...] = ()
+
+
+@dataclass(frozen=True)
+class DiarizedResult:
+    """A transcription, the speaker turns found in its audio and each cluster's label."""
+
+    transcription: TranscriptionResult
+    turns: tuple[Turn, ...]
+    labels: dict[int, str]
+
+    @property
+    def segments(self) -> tuple[SpeakerSegment, ...]:
+        return speaker_segments(self.transcription.segments, self.turns, self.labels)
+
+    def speaker_at(self, start: float, end: float) -> str:
+        """The label of whoever talks most in [start, end] (seconds)."""
+        return self.labels.get(word_speaker(start, end, self.turns), FIRST)
+
+
+def load_diarizer(models_dir: Path, runtime: RuntimeOptions) -> Diarizer:
+    """The diarizer over `<models_dir>/speakers`, loaded once; `Rejected` (unavailable) when the
+    models are not built (not cached: a later build is picked up)."""
+    with _loading:
+        try:
+            return _load(models_dir, runtime)
+        except SpeakerModelsMissing as e:
+            raise Rejected(
+                "diarization_unavailable",
+                "Speaker diarization is not available on this server: the diarization models "
+                f"are not built ({e})",
+                kind="unavailable",
+            ) from e
+
+
+@lru_cache(maxsize=1)
+def _load(models_dir: Path, runtime: RuntimeOptions) -> Diarizer:
+    started = time.perf_counter()
+    options = DiarizationOptions()
+    diarizer = Diarizer(load_speaker_models(models_dir, runtime, step_s=options.step_s), options)
+    log.info("speaker models loaded in %.2f s", time.perf_counter() - started)
+    return diarizer
+
+
+def reference_clip(data: bytes, index: int) -> np.ndarray:
+    """A known speaker's reference clip decoded and checked (2-10 s of audio)."""
+    where = f"known_speaker_references[{index}]"
+    try:
+        clip = decode_audio(data, SAMPLE_RATE)
+    except AudioDecodeError as e:
+        raise Rejected("invalid_value", f"{where} is not audio this server can read: {e}",
+                       param=REFERENCES_PARAM) from e  # fmt: skip
+    seconds = len(clip) / SAMPLE_RATE
+    low, high = REFERENCE_S
+    if not low <= seconds <= high:
+        raise Rejected(
+            "invalid_value",
+            f"{where} lasts {seconds:.1f} s; a reference clip must last {low:g} to {high:g} s",
+            param=REFERENCES_PARAM,
+        )
+    return clip
+
+
+def known_clips(known: Sequence[tuple[str, bytes]]) -> tuple[tuple[str, np.ndarray], ...]:
+    """Each known speaker's name and reference clip, decoded and checked."""
+    return tuple((name, reference_clip(data, i)) for i, (name, data) in enumerate(known))
+
+
+def known_embeddings(
+    diarizer: Diarizer, known: Sequence[tuple[str, np.ndarray]]
+) -> list[tuple[str, np.ndarray]]:
+    """Each known speaker's name and the embedding of its reference clip."""
+    found = []
+    for index, (name, clip) in enumerate(known):
+        try:
+            found.append((name, diarizer.reference(clip)))
+        except TooLittleSpeech as e:
+            raise Rejected("invalid_value", f"known_speaker_references[{index}] holds no speech",
+                           param=REFERENCES_PARAM) from e  # fmt: skip
+    return found
+
+
+def transcribe_speakers(
+    model: LoadedModel,
+    diarizer: Diarizer,
+    job: TranscriptionJob,
+    speakers: SpeakerJob,
+    cancel: threading.Event | None = None,
+    on_segments: Callable[[tuple[SpeakerSegment, ...]], None] | None = None,
+) -> DiarizedResult:
+    """Transcribe `job` with word timing and say who spoke each word (blocking)."""
+    job = replace(job, options=replace(job.options, word_timestamps=True))
+    known = known_embeddings(diarizer, speakers.known)
+    audio = decode_audio(job.audio, SAMPLE_RATE, max_duration_s=job.max_audio_s)
+    started = time.perf_counter()
+    diarization = diarizer(audio, speakers.hints, cancel)
+    labels = diarization.labels(known, diarizer.options.known_threshold)
+    log.info("diarized %.1f s in %.2f s: %d speakers, %d turns", len(audio) / SAMPLE_RATE,
+             time.perf_counter() - started, len(labels), len(diarization.turns))  # fmt: skip
+
+    def split(segment: Segment) -> None:
+        if on_segments is not None:
+            on_segments(speaker_segments([segment], diarization.turns, labels))
+
+    result = model.transcribe_samples(audio, job, cancel=cancel, on_segment=split)
+    return DiarizedResult(result, diarization.turns, labels)
