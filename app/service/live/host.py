@@ -32,7 +32,7 @@ from app.service.pool import WorkerPool
 from app.service.registry import LoadedModel
 
 T = TypeVar("T")
-Ending = Literal["policy", "too_big", "try_again", "going_away", "internal"]
+Ending = Literal["policy", "too_big", "try_again", "internal"]
 
 CLOSES: dict[str, Ending] = {
     # the client's doing: it broke a rule of the session
