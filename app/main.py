@@ -42,6 +42,7 @@ from app.export.errors import BuildError
 from app.runtime.memory import tune_malloc
 from app.runtime.sessions import RuntimeOptions
 from app.service.batch_records import BatchingOptions
+from app.service.diarize.job import LazyDiarizer
 from app.service.live import LiveHost, LiveLimits
 from app.service.model_manager import ModelManager
 from app.service.model_open import ModelLoadError, OpenOptions
@@ -78,9 +79,9 @@ def configure_logging(level: str) -> None:
     logging.getLogger("app").setLevel(level)
 
 
-def build_models(settings: Settings) -> ModelManager:
-    """The model manager for these settings (nothing is loaded yet)."""
-    runtime = RuntimeOptions(
+def runtime_options(settings: Settings) -> RuntimeOptions:
+    """Where and how the models run (the Whisper models and the speaker models alike)."""
+    return RuntimeOptions(
         ep=settings.ep,
         device=settings.device,
         encoder_device=settings.encoder_device,
@@ -90,6 +91,11 @@ def build_models(settings: Settings) -> ModelManager:
         inference_precision=settings.precision,
         activation_quantization=settings.activation_quantization,
     )
+
+
+def build_models(settings: Settings) -> ModelManager:
+    """The model manager for these settings (nothing is loaded yet)."""
+    runtime = runtime_options(settings)
     default = settings.resolved_default_model
     aliases = {a: default for a in OPENAI_MODEL_ALIASES if a not in settings.models}
     batching = None
@@ -295,7 +301,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     manager, readiness = build_models(settings), Readiness()
     limits = LiveLimits(settings.stream_max_session_s, settings.stream_max_buffered_s)
     live = LiveHost(manager, pool, readiness, limits, settings.stream_max_sessions)
-    services = Services(settings, manager, pool, collector, readiness, live)
+    diarizer = LazyDiarizer(settings.models_dir, runtime_options(settings))  # first use loads
+    services = Services(settings, manager, pool, collector, readiness, live, diarizer)
     services.models.add_listener(collector.model_changed)
     app.state.services = services  # the routes get it through app.api.deps
 

@@ -16,6 +16,7 @@ from app.api.errors import SERVER_ERROR, APIError
 from app.api.metrics import Metrics
 from app.api.services import Services
 from app.config import Settings
+from app.service.diarize.job import LazyDiarizer
 from app.service.model_manager import ModelManager
 from app.service.pool import WorkerPool
 
@@ -61,7 +62,12 @@ def get_metrics(services: ServicesDep) -> Metrics:
     return services.metrics
 
 
+def get_diarizer(services: ServicesDep) -> LazyDiarizer:
+    return services.diarizer
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ModelsDep = Annotated[ModelManager, Depends(get_models)]
 PoolDep = Annotated[WorkerPool, Depends(get_pool)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+DiarizerDep = Annotated[LazyDiarizer, Depends(get_diarizer)]

@@ -42,7 +42,7 @@ from app.api.speaker_form import SpeakerForm
 from app.config import Settings
 from app.service import formats
 from app.service.diarize.attribution import SpeakerSegment
-from app.service.diarize.job import DiarizedResult, load_diarizer, transcribe_speakers
+from app.service.diarize.job import DiarizedResult, LazyDiarizer, transcribe_speakers
 from app.service.jobs import TranscriptionJob
 from app.service.model_leases import Lease
 from app.service.model_manager import ModelManager
@@ -65,6 +65,7 @@ async def respond(
     pool: WorkerPool,
     settings: Settings,
     metrics: Metrics,
+    diarizer: LazyDiarizer,
     language: str | None,
 ) -> Response:
     """Transcribe with speakers; the lease on the model lasts until the job is over."""
@@ -76,15 +77,14 @@ async def respond(
         options = form.options(loaded, task=TASK, language=language)  # Rejected: a 400 now
         job = TranscriptionJob(data, options, TASK, max_audio_s=settings.max_audio_s)
         if form.stream:
-            return await _stream(request, lease, job, speakers, models, pool, metrics, clock)
+            return await _stream(request, lease, job, speakers, diarizer, pool, metrics, clock)
         cancel = threading.Event()
         queued_at = Stopwatch()
         started: list[float] = []
 
         def work() -> DiarizedResult:
             started.append(queued_at())
-            diarizer = load_diarizer(models.models_dir, models.open_options.runtime)
-            return transcribe_speakers(loaded, diarizer, job, speakers.job, cancel)
+            return transcribe_speakers(loaded, diarizer.get(), job, speakers.job, cancel)
 
         future = pool.submit(work)
         lease.release_after(future)
@@ -129,7 +129,7 @@ async def _stream(
     lease: Lease,
     job: TranscriptionJob,
     speakers: SpeakerForm,
-    models: ModelManager,
+    diarizer: LazyDiarizer,
     pool: WorkerPool,
     metrics: Metrics,
     clock: Stopwatch,
@@ -149,8 +149,7 @@ async def _stream(
 
     def work() -> DiarizedResult:
         started.append(queued_at())
-        diarizer = load_diarizer(models.models_dir, models.open_options.runtime)
-        return transcribe_speakers(loaded, diarizer, job, speakers.job, cancel, post)
+        return transcribe_speakers(loaded, diarizer.get(), job, speakers.job, cancel, post)
 
     future: Future[DiarizedResult] = pool.submit(work)
     lease.release_after(future)

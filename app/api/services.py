@@ -9,6 +9,7 @@ from typing import Literal
 
 from app.api.metrics import Metrics
 from app.config import Settings
+from app.service.diarize.job import LazyDiarizer
 from app.service.live import LiveHost
 from app.service.model_manager import ModelManager
 from app.service.pool import WorkerPool
@@ -49,3 +50,4 @@ class Services:
     metrics: Metrics
     readiness: Readiness
     live: LiveHost  # the live sessions: admission, their runners, the shutdown's drain
+    diarizer: LazyDiarizer  # the speaker models, loaded by the first diarized request

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from app.engine.audio import decode_audio
 from app.engine.speakers import load_speaker_models
 from app.runtime.sessions import RuntimeOptions
 from app.service.diarize.clustering import SpeakerHints
-from app.service.diarize.job import load_diarizer
+from app.service.diarize.job import LazyDiarizer
 from app.service.diarize.pipeline import Diarization, DiarizationOptions, Diarizer
 from app.service.errors import Rejected
 from tests.conftest import AUDIO, MODELS_DIR
@@ -79,7 +80,15 @@ def test_silence_has_no_turns(diarizer: Diarizer) -> None:
 
 def test_without_the_models_diarization_is_refused_as_unavailable(tmp_path: Path) -> None:
     with pytest.raises(Rejected) as refused:
-        load_diarizer(tmp_path, RuntimeOptions(ep="cpu"))
+        LazyDiarizer(tmp_path, RuntimeOptions(ep="cpu")).get()
     assert refused.value.kind == "unavailable"  # REST: 503
     assert "the diarization models are not built" in refused.value.message
     assert "python -m app.export speakers" in refused.value.message
+
+
+def test_concurrent_first_requests_load_the_speaker_models_once() -> None:
+    lazy = LazyDiarizer(MODELS_DIR, RuntimeOptions(ep="cpu"))
+    with ThreadPoolExecutor(2) as threads:
+        first, second = threads.map(lambda _: lazy.get(), range(2))
+    assert isinstance(first, Diarizer)
+    assert first is second is lazy.get()

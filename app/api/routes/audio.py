@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from app.api import diarized  # diarization (H5)
 from app.api.auth import require_api_key
-from app.api.deps import MetricsDep, ModelsDep, PoolDep, SettingsDep
+from app.api.deps import DiarizerDep, MetricsDep, ModelsDep, PoolDep, SettingsDep
 from app.api.forms import AudioForm, audio_form
 from app.api.job_http import (
     SSE_HEADERS,
@@ -84,12 +84,13 @@ async def create_transcription(
     settings: SettingsDep,
     metrics: MetricsDep,
     speakers: Annotated[SpeakerForm | None, Depends(speaker_form)],  # diarization (H5)
+    diarizer: DiarizerDep,  # diarization: the speaker models, loaded on first use
     language: Annotated[str | None, Form(description="ISO-639-1 code; default: detect")] = None,
 ) -> Response:
     """Transcribe audio into the input language."""
     if speakers is not None:  # diarization (H5): app/api/diarized.py
         return await diarized.respond(
-            request, form, speakers, models, pool, settings, metrics, language
+            request, form, speakers, models, pool, settings, metrics, diarizer, language
         )
     return await _handle(
         request, form, models, pool, settings, metrics, task="transcribe", language=language

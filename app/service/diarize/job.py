@@ -3,8 +3,8 @@
 The upload is decoded once; the known speakers' reference clips are checked and embedded, the
 audio diarized, then transcribed with word timing; each transcript segment is split by speaker as
 it is finished (`on_segments`, for streaming). The speaker models load on first use
-(`load_diarizer`); a server without them refuses diarization with a message saying how to build
-them.
+(`LazyDiarizer`, one per server); a server without them refuses diarization with a message saying
+how to build them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +40,6 @@ log = logging.getLogger(__name__)
 
 REFERENCE_S = (2.0, 10.0)  # OpenAI's bounds on a known speaker's reference clip
 REFERENCES_PARAM = "known_speaker_references[]"
-_loading = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -70,12 +68,32 @@ class DiarizedResult:
         return self.labels.get(word_speaker(start, end, self.turns), FIRST)
 
 
-def load_diarizer(models_dir: Path, runtime: RuntimeOptions) -> Diarizer:
-    """The diarizer over `<models_dir>/speakers`, loaded once; `Rejected` (unavailable) when the
-    models are not built (not cached: a later build is picked up)."""
-    with _loading:
+class LazyDiarizer:
+    """The diarizer over `<models_dir>/speakers`, loaded by the first request that needs it
+    (thread-safe: concurrent first requests load it once). `get` raises `Rejected`
+    (unavailable) while the models are not built; a later build is picked up."""
+
+    def __init__(
+        self, models_dir: Path, runtime: RuntimeOptions, options: DiarizationOptions | None = None
+    ) -> None:
+        self._models_dir = models_dir
+        self._runtime = runtime
+        self._options = options or DiarizationOptions()
+        self._lock = threading.Lock()
+        self._diarizer: Diarizer | None = None
+
+    def get(self) -> Diarizer:
+        """The diarizer, loaded now if it is not yet (blocking: call it on a worker thread)."""
+        with self._lock:
+            if self._diarizer is None:
+                self._diarizer = self._load()
+            return self._diarizer
+
+    def _load(self) -> Diarizer:
+        started = time.perf_counter()
         try:
-            return _load(models_dir, runtime)
+            step_s = self._options.step_s
+            models = load_speaker_models(self._models_dir, self._runtime, step_s=step_s)
         except SpeakerModelsMissing as e:
             raise Rejected(
                 "diarization_unavailable",
@@ -83,15 +101,8 @@ def load_diarizer(models_dir: Path, runtime: RuntimeOptions) -> Diarizer:
                 f"are not built ({e})",
                 kind="unavailable",
             ) from e
-
-
-@lru_cache(maxsize=1)
-def _load(models_dir: Path, runtime: RuntimeOptions) -> Diarizer:
-    started = time.perf_counter()
-    options = DiarizationOptions()
-    diarizer = Diarizer(load_speaker_models(models_dir, runtime, step_s=options.step_s), options)
-    log.info("speaker models loaded in %.2f s", time.perf_counter() - started)
-    return diarizer
+        log.info("speaker models loaded in %.2f s", time.perf_counter() - started)
+        return Diarizer(models, self._options)
 
 
 def reference_clip(data: bytes, index: int) -> np.ndarray:
