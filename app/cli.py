@@ -11,8 +11,12 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
+
+from app.api.schemas import TranscriptionDiarizedJSON, TranscriptionVerboseJSON
 from app.engine.audio import AudioDecodeError, decode_audio
 from app.engine.kv_cache import CACHE_MODES
 from app.engine.tokenizer import Tokenizer
@@ -28,6 +32,12 @@ from app.runtime.sessions import (
     WhisperSessions,
 )
 from app.service import formats
+from app.service.diarize.clustering import SpeakerHints
+from app.service.diarize.job import LazyDiarizer, SpeakerJob, transcribe_speakers
+from app.service.errors import Rejected
+from app.service.jobs import TranscriptionJob
+from app.service.registry import LoadedModel
+from app.service.results import TranscriptionInfo
 from app.service.transcriber import Transcriber, TranscriptionOptions
 
 log = logging.getLogger("app.cli")
@@ -82,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--format", choices=("text", "json", "verbose_json", "srt", "vtt"), default="text"
     )
+    t.add_argument(
+        "--diarize",
+        action="store_true",
+        help="say who spoke each segment (speakers A, B, ...; models-dir/speakers): text prints "
+        "'A: ...' lines, json the diarized_json shape",
+    )
+    t.add_argument(
+        "--num-speakers", type=int, default=None, help="with --diarize: how many speakers talk"
+    )
     t.add_argument("--verbose", "-v", action="store_true", help="timings and logs on stderr")
     return parser
 
@@ -93,16 +112,14 @@ def transcribe_command(args: argparse.Namespace) -> int:
 
     folder = args.models_dir / args.model
     started = time.perf_counter()
-    sessions = WhisperSessions.load(
-        folder,
-        RuntimeOptions(
-            ep=args.ep,
-            device=args.device,
-            threads=args.threads,
-            inference_precision=args.precision,
-            activation_quantization=args.activation_quantization,
-        ),
+    runtime = RuntimeOptions(
+        ep=args.ep,
+        device=args.device,
+        threads=args.threads,
+        inference_precision=args.precision,
+        activation_quantization=args.activation_quantization,
     )
+    sessions = WhisperSessions.load(folder, runtime)
     tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
     load_s = time.perf_counter() - started
 
@@ -120,8 +137,56 @@ def transcribe_command(args: argparse.Namespace) -> int:
         word_timestamps=args.word_timestamps,
         **changes,  # type: ignore[arg-type]
     )
+    if args.num_speakers is not None and not args.diarize:
+        raise ValueError("--num-speakers needs --diarize")
     vad = SileroVad.load(args.models_dir / VAD_FILE) if args.vad_filter else None
-    transcriber = Transcriber(sessions, tokenizer, vad=vad)
+    if args.diarize:
+        model = LoadedModel(args.model, sessions, tokenizer, options, load_s, int(time.time()), vad)
+        info = print_speakers(args, model, runtime)
+    else:
+        info = print_transcript(args, Transcriber(sessions, tokenizer, vad=vad), audio, options)
+    if args.verbose:
+        print_timings(args, sessions.devices, info, load_s, audio_s)
+    return 0
+
+
+def print_speakers(
+    args: argparse.Namespace, model: LoadedModel, runtime: RuntimeOptions
+) -> TranscriptionInfo:
+    """Transcribe with speakers and print them in `args.format`."""
+    if args.task != "transcribe":
+        raise ValueError("--diarize finds speakers for transcriptions, not translations")
+    diarizer = LazyDiarizer(args.models_dir, runtime).get()
+    hints = SpeakerHints(num_speakers=args.num_speakers)
+    job = TranscriptionJob(args.file.read_bytes(), model.base_options)
+    result = transcribe_speakers(model, diarizer, job, SpeakerJob(hints))
+    segments = result.segments
+    match args.format:
+        case "text":
+            for segment in segments:
+                print(f"{segment.speaker}: {segment.text.strip()}")
+        case "json":
+            print(TranscriptionDiarizedJSON.from_result(result).model_dump_json(indent=2))
+        case "verbose_json":
+            granularities = ("segment", "word") if args.word_timestamps else ("segment",)
+            verbose = TranscriptionVerboseJSON.from_result(
+                result.transcription, granularities, result.speaker_at
+            )
+            print(verbose.model_dump_json(indent=2, exclude_none=True))
+        case "srt":
+            print(formats.to_srt(segments, [s.speaker for s in segments]), end="")
+        case _:
+            print(formats.to_vtt(segments, [s.speaker for s in segments]), end="")
+    return result.transcription.info
+
+
+def print_transcript(
+    args: argparse.Namespace,
+    transcriber: Transcriber,
+    audio: np.ndarray,
+    options: TranscriptionOptions,
+) -> TranscriptionInfo:
+    """Transcribe and print the transcript in `args.format`."""
     segments_iter, info = transcriber.transcribe(audio, options)
     if args.format == "text":
         # print as the segments come: the first ones appear before the whole file is done
@@ -141,45 +206,53 @@ def transcribe_command(args: argparse.Namespace) -> int:
             print(formats.to_srt(segments), end="")
         else:
             print(formats.to_vtt(segments), end="")
+    return info
 
-    if args.verbose:
-        s = info.stats
-        err = sys.stderr
+
+def print_timings(
+    args: argparse.Namespace,
+    devices: Mapping[str, str],
+    info: TranscriptionInfo,
+    load_s: float,
+    audio_s: float,
+) -> None:
+    """Load and per-stage timings on stderr (--verbose)."""
+    s = info.stats
+    err = sys.stderr
+    print(
+        f"model {args.model} ({args.ep}: encoder {devices['encoder']}, decoder "
+        f"{devices['decoder']}), kv-cache {args.kv_cache}, beam {args.beam_size}",
+        file=err,
+    )
+    print(f"load          {load_s * 1000:9.1f} ms", file=err)
+    print(f"audio decode  {audio_s * 1000:9.1f} ms  ({s.audio_s:.2f} s of audio)", file=err)
+    if s.vad_s:
+        print(f"vad           {s.vad_s * 1000:9.1f} ms", file=err)
+    print(f"mel           {s.mel_s * 1000:9.1f} ms", file=err)
+    print(f"encoder       {s.encoder_s * 1000:9.1f} ms  ({s.windows} windows)", file=err)
+    if s.language_s:
         print(
-            f"model {args.model} ({args.ep}: encoder {sessions.devices['encoder']}, decoder "
-            f"{sessions.devices['decoder']}), kv-cache {args.kv_cache}, beam {args.beam_size}",
+            f"language      {s.language_s * 1000:9.1f} ms  ({info.language}, "
+            f"p={info.language_probability:.2f})",
             file=err,
         )
-        print(f"load          {load_s * 1000:9.1f} ms", file=err)
-        print(f"audio decode  {audio_s * 1000:9.1f} ms  ({s.audio_s:.2f} s of audio)", file=err)
-        if s.vad_s:
-            print(f"vad           {s.vad_s * 1000:9.1f} ms", file=err)
-        print(f"mel           {s.mel_s * 1000:9.1f} ms", file=err)
-        print(f"encoder       {s.encoder_s * 1000:9.1f} ms  ({s.windows} windows)", file=err)
-        if s.language_s:
-            print(
-                f"language      {s.language_s * 1000:9.1f} ms  ({info.language}, "
-                f"p={info.language_probability:.2f})",
-                file=err,
-            )
-        print(f"prefill       {s.prefill_s * 1000:9.1f} ms", file=err)
-        print(
-            f"decoder       {s.decoder_s * 1000:9.1f} ms  ({s.steps} steps, "
-            f"{s.ms_per_step:.2f} ms/step, {s.tokens_per_s:.1f} tokens/s)",
-            file=err,
-        )
-        print(f"search        {s.search_s * 1000:9.1f} ms  (filters, selection)", file=err)
-        if s.align_s:
-            print(f"word timing   {s.align_s * 1000:9.1f} ms  (aligner, DTW)", file=err)
-        print(f"attempts      {s.attempts:9d}     ({s.fallbacks} temperature fallbacks)", file=err)
-        print(f"K/V cache     {s.cache_nbytes / 1e6:9.1f} MB  (peak, cross + self)", file=err)
-        print(
-            f"handed over   {s.handed_per_call / 1e6:9.2f} MB  per decoder call (inputs; "
-            f"{s.decoder_calls} calls)",
-            file=err,
-        )
-        print(f"total         {s.total_s * 1000:9.1f} ms  RTF {s.rtf:.3f}", file=err)
-    return 0
+    print(f"prefill       {s.prefill_s * 1000:9.1f} ms", file=err)
+    print(
+        f"decoder       {s.decoder_s * 1000:9.1f} ms  ({s.steps} steps, "
+        f"{s.ms_per_step:.2f} ms/step, {s.tokens_per_s:.1f} tokens/s)",
+        file=err,
+    )
+    print(f"search        {s.search_s * 1000:9.1f} ms  (filters, selection)", file=err)
+    if s.align_s:
+        print(f"word timing   {s.align_s * 1000:9.1f} ms  (aligner, DTW)", file=err)
+    print(f"attempts      {s.attempts:9d}     ({s.fallbacks} temperature fallbacks)", file=err)
+    print(f"K/V cache     {s.cache_nbytes / 1e6:9.1f} MB  (peak, cross + self)", file=err)
+    print(
+        f"handed over   {s.handed_per_call / 1e6:9.2f} MB  per decoder call (inputs; "
+        f"{s.decoder_calls} calls)",
+        file=err,
+    )
+    print(f"total         {s.total_s * 1000:9.1f} ms  RTF {s.rtf:.3f}", file=err)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         VadModelError,
         ValueError,
         FileNotFoundError,
+        Rejected,
     ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -7,6 +7,9 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import soundfile as sf
+
 from tests.conftest import AUDIO, MODELS_DIR, REPO, model_dir
 from tests.engine.conftest import JFK, REFERENCES, normalise
 
@@ -68,3 +71,35 @@ def test_cli_reports_a_bad_file(tmp_path):
     done = run_cli(str(bad), "--model", "tiny.en", "--models-dir", str(MODELS_DIR), "--ep", "cpu")
     assert done.returncode == 2
     assert done.stderr.startswith("error:") and "Traceback" not in done.stderr
+
+
+def _conversation(folder) -> str:
+    """LibriSpeech speaker 1089, then 2412, then 1089 again, 0.6 s apart, as one wav."""
+    parts = ("1089-134686-0001.flac", "2412-153948-0000.flac", "1089-134691-0000.flac")
+    gap = np.zeros(int(0.6 * 16000), np.float32)
+    audio = np.concatenate(
+        [x for name in parts for x in (sf.read(AUDIO / name, dtype="float32")[0], gap)]
+    )
+    path = folder / "talk.wav"
+    sf.write(path, audio, 16000)
+    return str(path)
+
+
+def test_cli_diarize_prints_who_said_what(tmp_path):
+    model_dir("tiny.en")
+    common = ("--model", "tiny.en", "--models-dir", str(MODELS_DIR), "--ep", "cpu")
+    common += ("--beam-size", "1")
+    talk = _conversation(tmp_path)
+    done = run_cli(talk, *common, "--diarize", "--num-speakers", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    speakers = [line.split(": ", 1)[0] for line in lines]
+    assert [who for who, _ in itertools.groupby(speakers)] == ["A", "B", "A"], lines
+    b_text = normalise(" ".join(line[3:] for line in lines if line.startswith("B: ")))
+    assert b_text.startswith("if the reader will excuse me") and "stuff" not in b_text
+    done = run_cli(talk, *common, "--diarize", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) == {"task", "duration", "text", "segments", "usage"}
+    assert [s["speaker"] for s in result["segments"]] == speakers
+    assert all(s["type"] == "transcript.text.segment" for s in result["segments"])
