@@ -21,6 +21,7 @@ from app.service.registry import LoadedModel
 # Beam search can only release a token once every beam agrees on it (often at the end of the
 # window); greedy decoding releases text as soon as each segment closes.
 STREAM_DEFAULT_BEAM_SIZE = 1  # stream=true without beam_size decodes greedily, for latency
+LANGUAGES = "languages[]"
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class AudioForm:
     timestamp_granularities: tuple[TimestampGranularity, ...] = ()
     include: tuple[Include, ...] = ()
     hotwords: str | None = None
+    keywords: tuple[str, ...] = ()
+    languages: tuple[str, ...] = ()
 
     @property
     def word_timestamps(self) -> bool:
@@ -59,6 +62,11 @@ class AudioForm:
             "language": model_language(model.name, model.multilingual, language),
             "task": model_task(model.multilingual, task),
         }
+        candidates = self.language_candidates(model)
+        if changes["language"] is None and len(candidates) == 1:
+            changes["language"] = candidates[0]
+        elif changes["language"] is None and candidates:
+            changes["languages"] = candidates
         if self.prompt:
             changes["initial_prompt"] = self.prompt
         if self.temperature:  # None or 0: the fallback schedule
@@ -79,12 +87,23 @@ class AudioForm:
             "vad_filter": self.vad_filter,
             "no_speech_threshold": self.no_speech_threshold,
             "repetition_guard": self.repetition_guard,
-            "hotwords": self.hotwords.strip() if self.hotwords else None,
+            "hotwords": ", ".join(
+                w.strip() for w in (self.hotwords, *self.keywords) if w and w.strip()
+            ),
         }
         changes.update({k: v for k, v in optional.items() if v is not None and v != ""})
         if self.word_timestamps:
             changes["word_timestamps"] = True
         return replace(model.base_options, **changes)
+
+    def language_candidates(self, model: LoadedModel) -> tuple[str, ...]:
+        """`languages[]` as the engine's language codes; `Rejected` (naming the field) for one
+        the model cannot transcribe."""
+        codes = (
+            model_language(model.name, model.multilingual, candidate, param=LANGUAGES)
+            for candidate in self.languages
+        )
+        return tuple(dict.fromkeys(code for code in codes if code is not None))
 
     def check(self) -> None:
         """OpenAI's rules between fields (a 400 naming the field)."""
@@ -158,6 +177,14 @@ async def audio_form(
             description="Extra: names and terms that bias every window's spelling",
         ),
     ] = None,
+    keywords: Annotated[
+        list[str] | None,
+        Form(alias="keywords[]", description="Words or phrases that guide the spelling (hotwords)"),
+    ] = None,
+    languages: Annotated[
+        list[str] | None,
+        Form(alias=LANGUAGES, description="Detect the language among these (ISO-639-1 codes)"),
+    ] = None,
 ) -> AudioForm:
     form = AudioForm(
         file=file,
@@ -173,6 +200,8 @@ async def audio_form(
         timestamp_granularities=tuple(dict.fromkeys(timestamp_granularities or ())),
         include=tuple(dict.fromkeys(include or ())),
         hotwords=hotwords or None,
+        keywords=tuple(keywords or ()),
+        languages=tuple(languages or ()),
     )
     form.check()
     return form

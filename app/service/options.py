@@ -40,6 +40,8 @@ class TranscriptionOptions:
     (`app.engine.timing`); segment bounds follow the words.
     hotwords: terms put at the head of every window's prompt, to bias the spelling of names
     and jargon (faster-whisper's option); at most MAX_HOTWORD_TOKENS tokens are kept.
+    languages: when `language` is None, detection picks the most probable of these codes
+    (OpenAI's `languages[]`); empty = any language the model knows.
     """
 
     language: str | None = None
@@ -68,6 +70,7 @@ class TranscriptionOptions:
     repetition_guard: bool = True
     word_timestamps: bool = False
     hotwords: str | None = None
+    languages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         temps = self.temperature

@@ -221,3 +221,29 @@ def test_a_rejection_leaves_rest_with_the_status_of_its_kind(
     assert (api.status_code, api.type, api.code, api.param) == (status, type_, code, param)
     assert api.message == error.message == str(error)
     assert (api.headers or {}).get("Retry-After") == retry_after
+
+
+def test_keywords_join_the_hotwords_and_languages_narrow_detection() -> None:
+    model = _Model()
+    both = _form(hotwords=" Ada", keywords=(" Lovelace ", "", "Babbage")).options(
+        model, task="transcribe", language=None
+    )  # type: ignore[arg-type]
+    assert both.hotwords == "Ada, Lovelace, Babbage"
+    assert (
+        _form(keywords=("Ada",)).options(model, task="transcribe", language=None).hotwords == "Ada"
+    )  # type: ignore[arg-type]
+    narrowed = _form(languages=("German", "fr", "de")).options(
+        model, task="transcribe", language=None
+    )  # type: ignore[arg-type]
+    assert (narrowed.language, narrowed.languages) == (None, ("de", "fr"))
+    one = _form(languages=("fr",)).options(model, task="transcribe", language=None)  # type: ignore[arg-type]
+    assert (one.language, one.languages) == ("fr", ())
+    named = _form(languages=("de", "fr")).options(model, task="transcribe", language="en")  # type: ignore[arg-type]
+    assert (named.language, named.languages) == ("en", ())  # the language named wins
+    for bad, on in (
+        (("de", "klingon"), model),
+        (("en", "de"), _Model("tiny.en", multilingual=False)),
+    ):
+        with pytest.raises(Rejected) as info:
+            _form(languages=bad).options(on, task="transcribe", language=None)  # type: ignore[arg-type]
+        assert (info.value.code, info.value.param) == ("unsupported_language", "languages[]")
