@@ -178,7 +178,11 @@ class Transcriber:
                     first_cross = self._encode(mel, 0, content_frames, stats)
                     with stats.timed("language_s"):
                         detection = detect_language(
-                            self.sessions, first_cross, self.tokenizer, options.kv_cache
+                            self.sessions,
+                            first_cross,
+                            self.tokenizer,
+                            options.kv_cache,
+                            options.languages,
                         )
                     language, language_probability = detection.language, detection.probability
                     language_probs = detection.probabilities

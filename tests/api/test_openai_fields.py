@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import re
+import time
+from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 import soundfile as sf
@@ -41,3 +44,22 @@ def test_keywords_guide_the_transcription_as_hotwords(client: openai.OpenAI) -> 
         for extra in ({}, {"keywords": ["Um", "uh", "hmm."]})
     ]
     assert [bool(FILLERS.search(text)) for text in texts] == [False, True], texts
+
+
+@pytest.fixture
+def base(server: LiveServer) -> Iterator[str]:
+    """The multilingual base, loaded for the test and unloaded after it."""
+    deadline = time.monotonic() + 180
+    while httpx.post(server.url("/v1/models/base"), timeout=10).status_code != 200:
+        assert time.monotonic() < deadline, server.log_tail()
+        time.sleep(0.5)
+    yield "base"
+    httpx.delete(server.url("/v1/models/base"), timeout=10)
+
+
+def test_languages_restrict_detection_to_the_candidates(client: openai.OpenAI, base: str) -> None:
+    with JFK_WAV.open("rb") as f:
+        result = client.audio.transcriptions.create(
+            model=base, file=f, response_format="verbose_json", languages=["de", "French"]
+        )
+    assert result.language in ("german", "french")
