@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from app.api import diarized  # diarization (H5)
+from app.api import diarized
 from app.api.auth import require_api_key
 from app.api.deps import DiarizerDep, MetricsDep, ModelsDep, PoolDep, SettingsDep
 from app.api.forms import AudioForm, audio_form
@@ -44,7 +44,7 @@ from app.api.schemas import (
     TranscriptionJSON,
     TranscriptionVerboseJSON,
 )
-from app.api.speaker_form import SpeakerForm, speaker_form  # diarization (H5)
+from app.api.speaker_form import SpeakerForm, speaker_form
 from app.config import Settings
 from app.service import formats
 from app.service.jobs import TranscriptionJob, TranscriptionResult
@@ -83,12 +83,12 @@ async def create_transcription(
     pool: PoolDep,
     settings: SettingsDep,
     metrics: MetricsDep,
-    speakers: Annotated[SpeakerForm | None, Depends(speaker_form)],  # diarization (H5)
+    speakers: Annotated[SpeakerForm | None, Depends(speaker_form)],
     diarizer: DiarizerDep,  # diarization: the speaker models, loaded on first use
     language: Annotated[str | None, Form(description="ISO-639-1 code; default: detect")] = None,
 ) -> Response:
     """Transcribe audio into the input language."""
-    if speakers is not None:  # diarization (H5): app/api/diarized.py
+    if speakers is not None:  # speakers asked for: app/api/diarized.py
         return await diarized.respond(
             request, form, speakers, models, pool, settings, metrics, diarizer, language
         )
@@ -105,10 +105,10 @@ async def create_translation(
     pool: PoolDep,
     settings: SettingsDep,
     metrics: MetricsDep,
-    speakers: Annotated[SpeakerForm | None, Depends(speaker_form)],  # diarization (H5)
+    speakers: Annotated[SpeakerForm | None, Depends(speaker_form)],
 ) -> Response:
     """Translate audio into English."""
-    if speakers is not None:  # diarization (H5)
+    if speakers is not None:
         raise diarized.NOT_FOR_TRANSLATIONS
     return await _handle(
         request, form, models, pool, settings, metrics, task="translate", language=None
