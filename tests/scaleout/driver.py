@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 from openai import APIStatusError, AsyncOpenAI
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -214,7 +214,7 @@ async def realtime_session(url: str, seconds: float, session: Session) -> None:
                         if reader.done():
                             break
                 # the last item completes after the trailing silence; then close
-                await asyncio.wait_for(_settled(session), 45)
+                await asyncio.wait_for(_settled(ws, session, bytes(chunk)), 45)
                 await ws.close()
             await reader
         session.close_code = ws.close_code
@@ -222,14 +222,22 @@ async def realtime_session(url: str, seconds: float, session: Session) -> None:
         session.error = f"{type(e).__name__}: {e}"
 
 
-async def _settled(session: Session, quiet_s: float = 5.0) -> None:
+async def _settled(
+    ws: ClientConnection, session: Session, silence: bytes, quiet_s: float = 5.0
+) -> None:
     """Every started item completed and the server quiet for `quiet_s`: a server behind real
     time (a slow CPU: AVX2 only, two replicas and REST load on 2 cores) still has audio to read,
-    and items it has not started yet; closing at the first balance lost them."""
+    and items it has not started yet; closing at the first balance lost them. Meanwhile the
+    client goes on sending silence, as a microphone does: a wait of over 30 s without a message
+    (the survivor of `kill` catching up) was closed by the server's idle timeout."""
+    audio = json.dumps(
+        {"type": "input_audio_buffer.append", "audio": base64.b64encode(silence).decode()}
+    )
     while (
         len(session.transcripts) < session.started
         or time.monotonic() - session.last_event < quiet_s
     ):
+        await ws.send(audio)
         await asyncio.sleep(0.1)
 
 
