@@ -331,7 +331,10 @@ def main() -> int:
     )
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL:STT_X=V,...",
                         help="compare servers with these settings instead of --policies, e.g. "
-                        "--variant pause0:STT_STREAM_PAUSE_S=0")  # fmt: skip
+                        "--variant pause0:STT_STREAM_PAUSE_S=0; two keys are the benchmark's: "
+                        "checkout=DIR runs that server from another source tree (a git worktree "
+                        "of an older commit), models_dir=DIR gives it its own model folders",
+                        )  # fmt: skip
     parser.add_argument("--streams", default="1", help="comma list of concurrent streams")
     parser.add_argument("--repeats", type=int, default=2, help="runs per clip (default 2)")
     parser.add_argument("--models-dir", type=Path, default=REPO / "models")
@@ -349,12 +352,15 @@ def main() -> int:
             label, _, settings = spec.partition(":")
             variants[label] = dict(item.split("=", 1) for item in settings.split(",") if item)
     policies = list(variants)
+    checkouts = {p: Path(variants[p].pop("checkout", REPO)) for p in policies}
+    models_dirs = {p: Path(variants[p].pop("models_dir", args.models_dir)) for p in policies}
     load_before = load1()
 
     rows = []
     for model in args.models.split(","):
         servers = {
-            p: launch_server(model, args.models_dir, {**extra_env, **variants[p]}) for p in policies
+            p: launch_server(model, models_dirs[p], {**extra_env, **variants[p]}, checkouts[p])
+            for p in policies
         }
         try:
             for clip in args.clips.split(","):

@@ -58,6 +58,21 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--silences", default="0,0.7", help="trailing silence (s) before audio-stop")
     p.add_argument("--pace", type=float, default=1.0, help="x real time when sending audio")
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
+    p.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also run the service from this source tree (a git worktree of an older "
+        "commit), as the system 'ours before', alternating with the others",
+    )
+    p.add_argument(
+        "--before-models-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="model folders for --before (default: --models-dir)",
+    )
     common.add_args(p)
     return p.parse_args()
 
@@ -154,17 +169,25 @@ def wyoming_bench(ports: dict[str, int], corpus: Path, rounds: int) -> str:
     )
 
 
-def measure(model: str, args: argparse.Namespace) -> dict:
+def start_ours(model: str, models_dir: Path, threads: int, checkout: Path = REPO) -> tuple:
     port = free_port()
-    ours = launch_server(
-        model,
-        args.models_dir,
-        {"STT_THREADS": str(args.threads), "STT_WYOMING_PORT": str(port),
-         "STT_WYOMING_HOST": "127.0.0.1"},
-    )  # fmt: skip
+    settings = {"STT_THREADS": str(threads), "STT_WYOMING_PORT": str(port),
+                "STT_WYOMING_HOST": "127.0.0.1"}  # fmt: skip
+    return launch_server(model, models_dir, settings, checkout), port
+
+
+def measure(model: str, args: argparse.Namespace) -> dict:
+    ours, port = start_ours(model, args.models_dir, args.threads)
+    servers = [ours]
+    systems = {"ours": port}
+    if args.before:
+        before_dir = args.before_models_dir or args.models_dir
+        before, before_port = start_ours(model, before_dir, args.threads, args.before)
+        servers.append(before)
+        systems["ours before"] = before_port
     with tempfile.TemporaryDirectory() as data_dir:
         peer, peer_port = start_peer(model, args.threads, Path(data_dir))
-        systems = {"ours": port, "wyoming-faster-whisper": peer_port}
+        systems["wyoming-faster-whisper"] = peer_port
         clips = {name: pcm16(common.TESTDATA / "audio" / name) for name in CLIPS}
         silences = [float(s) for s in args.silences.split(",")]
         cells = [(c, s) for s in silences for c in clips]
@@ -188,7 +211,8 @@ def measure(model: str, args: argparse.Namespace) -> dict:
             (args.out_dir / f"wyoming_bench_{model}.txt").write_text(bench)
             print(bench, file=sys.stderr)
         finally:
-            ours.stop()
+            for server in servers:
+                server.stop()
             peer.terminate()
             peer.wait(15)
     return {
