@@ -50,7 +50,7 @@ setup-browser:
 
 test: setup-dev test-models setup-browser
 	$(PY) -m ruff check app tests benchmarks
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 lint: setup-dev
 	$(PY) -m ruff check app tests benchmarks
