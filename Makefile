@@ -31,7 +31,7 @@ models: setup
 	$(PY) -m app.export vad --models-dir $(MODELS_DIR)
 	$(PY) -m app.export speakers --models-dir $(MODELS_DIR)
 
-## The speaker models for diarization (pyannote segmentation-3.0 + CAM++): models/speakers/
+## The speaker models for diarization (pyannote segmentation-3.0 + CAM++): models/diarization/
 speaker-models: setup
 	$(PY) -m app.export speakers --models-dir $(MODELS_DIR)
 

@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--diarize",
         action="store_true",
-        help="say who spoke each segment (speakers A, B, ...; models-dir/speakers): text prints "
+        help="say who spoke each segment (speakers A, B, ...; models-dir/diarization): text prints "
         "'A: ...' lines, json the diarized_json shape",
     )
     t.add_argument(

@@ -1,6 +1,6 @@
 """Speaker models' speed per call: segmentation per 10 s window, CAM++ embedding per clip length.
 
-Both graphs (`models/speakers/`, `make speaker-models`) on ONNX Runtime's CPU EP and on the
+Both graphs (`models/diarization/`, `make speaker-models`) on ONNX Runtime's CPU EP and on the
 OpenVINO EP (CPU device), each with `--threads` intra-op threads: segmentation of the 60 s
 earnings clip in windows every 5 s, 1 or 4 windows per call; the embedding (fbank included) of
 3 s and 10 s of it. Figures are medians (and minima) over `--runs` rounds after one warm-up.

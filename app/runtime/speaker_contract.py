@@ -1,6 +1,6 @@
 """The speaker models folder: file names and graph I/O, shared by the exporter and the engine.
 
-<models-dir>/speakers/
+<models-dir>/diarization/
   segmentation.onnx   waveform f32 [B, 1, samples] -> log_probs f32 [B, frames, 7]
                       (pyannote segmentation-3.0; 10 s = 160000 samples -> 589 frames)
   embedding.onnx      features f32 [B, frames, 80] -> embedding f32 [B, 192]
@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-FOLDER = "speakers"
+FOLDER = "diarization"
 SEGMENTATION_FILE = "segmentation.onnx"
 EMBEDDING_FILE = "embedding.onnx"
 SEGMENTATION_INPUT = "waveform"

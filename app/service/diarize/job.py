@@ -69,7 +69,7 @@ class DiarizedResult:
 
 
 class LazyDiarizer:
-    """The diarizer over `<models_dir>/speakers`, loaded by the first request that needs it
+    """The diarizer over `<models_dir>/diarization`, loaded by the first request that needs it
     (thread-safe: concurrent first requests load it once). `get` raises `Rejected`
     (unavailable) while the models are not built; a later build is picked up."""
 
