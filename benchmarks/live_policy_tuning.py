@@ -13,6 +13,9 @@ the same model: the live target is within +1.0 point of it.
 sign-flip test (p: how often random signs give a total at least as far from 0), per row and
 pooled over the rows: a change smaller than its paired noise shows as a large p.
 
+`--texts FILE` writes every row's streamed texts (JSON, per clip), to compare two versions of the
+code word for word.
+
     .venv/bin/python benchmarks/live_policy_tuning.py --models tiny.en,base \
         --out benchmarks/results/live_policy_tuning.md
 """
@@ -20,6 +23,7 @@ pooled over the rows: a change smaller than its paired noise shows as a large p.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -71,6 +75,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--against-sure", type=float, default=None, metavar="S",
                         help="pair every AlignAtt row with a run at AlignAtt.sure = S")  # fmt: skip
+    parser.add_argument("--texts", type=Path, default=None, help="write the streamed texts (JSON)")
     args = parser.parse_args()
 
     from app.engine.audio import decode_audio
@@ -92,6 +97,7 @@ def main() -> int:
     vad = SileroVad.load(MODELS_DIR / "silero_vad.onnx")
     rows = []
     pooled: list[int] = []
+    streamed: dict[str, list[str]] = {}
     for model in args.models.split(","):
         folder = MODELS_DIR / model
         transcriber = Transcriber(
@@ -118,6 +124,7 @@ def main() -> int:
                 lags += clip_lags
                 texts.append(text)
                 passes += clip_passes
+            streamed[f"{model} {spec}"] = texts
             live_wer = wer(refs, texts)[0]
             lag = np.array(lags)
             rows.append((
@@ -147,6 +154,8 @@ def main() -> int:
     print("\n".join(lines))
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
+    if args.texts:
+        args.texts.write_text(json.dumps(streamed, indent=1) + "\n")
     return 0
 
 
