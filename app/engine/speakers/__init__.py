@@ -1,7 +1,11 @@
 """The speaker models at run time: segmentation (who talks when, per 10 s window) and embedding.
 
-Built by `python -m app.export speakers` into `<models-dir>/diarization/`; loaded on the execution
-provider and device the options name, as the Whisper sessions are.
+Built by `python -m app.export speakers` into `<models-dir>/diarization/`; loaded on the device the
+options name, chosen as for the Whisper sessions (AUTO: NPU, else GPU, else CPU). On a CPU they run
+on ONNX Runtime's own CPU provider, not OpenVINO's: OpenVINO's CPU plugin kept 350-500 MB after
+one diarization of a 60 s clip (compiled kernels and buffers per input length; the embedding's
+input length changes with every speaker turn), ONNX Runtime's about 60 MB
+(benchmarks/results/diarization_memory.md).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class SpeakerModels:
     segmentation: SpeakerSegmentation
     embedding: SpeakerEmbedding
     device: str
+    provider: str  # the ONNX Runtime execution provider both run on
 
 
 def load_speaker_models(
@@ -64,8 +69,9 @@ def load_speaker_models(
     *,
     step_s: float = DEFAULT_STEP_S,
 ) -> SpeakerModels:
-    """Both models from `<models_dir>/diarization/`, on `options`' provider and device (AUTO: NPU,
-    else GPU, else CPU; a device asked for by name that is missing is a `DeviceError`)."""
+    """Both models from `<models_dir>/diarization/`, on `options`' device (AUTO: NPU, else GPU,
+    else CPU; a device asked for by name that is missing is a `DeviceError`): OpenVINO's NPU or
+    GPU, or ONNX Runtime's CPU provider (see the module docstring)."""
     options = options or RuntimeOptions()
     folder = Path(models_dir) / FOLDER
     missing = [f for f in (SEGMENTATION_FILE, EMBEDDING_FILE) if not (folder / f).is_file()]
@@ -80,23 +86,23 @@ def load_speaker_models(
         if not available:
             raise DeviceError("the OpenVINO execution provider is not installed in this Python")
         device = resolve_device(options.device, available)
+    ep = "cpu" if device.split(".")[0] == "CPU" else options.ep
     sessions = {}
     for name in (SEGMENTATION_FILE, EMBEDDING_FILE):
         started = time.perf_counter()
         sessions[name] = create_session(
             folder / name,
-            options.ep,
+            ep,
             device,
             options.threads,
             options.cache_dir,
             options.inference_precision,
         )
-        log.info(
-            "loaded %s on %s/%s in %.2f s", name, options.ep, device, time.perf_counter() - started
-        )
+        log.info("loaded %s on %s/%s in %.2f s", name, ep, device, time.perf_counter() - started)
     runs = _shrinking_runs()
     return SpeakerModels(
         segmentation=SpeakerSegmentation(sessions[SEGMENTATION_FILE], step_s, run_options=runs),
         embedding=SpeakerEmbedding(sessions[EMBEDDING_FILE], runs),
         device=device,
+        provider=sessions[EMBEDDING_FILE].get_providers()[0],
     )
