@@ -8,6 +8,7 @@ runtime per decoder call) go to stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.api.schemas import TranscriptionDiarizedJSON, TranscriptionVerboseJSON
+from app.api.speaker_formats import diarized_body
 from app.engine.audio import AudioDecodeError, decode_audio
 from app.engine.kv_cache import CACHE_MODES
 from app.engine.tokenizer import Tokenizer
@@ -160,23 +161,16 @@ def print_speakers(
     hints = SpeakerHints(num_speakers=args.num_speakers)
     job = TranscriptionJob(args.file.read_bytes(), model.base_options)
     result = transcribe_speakers(model, diarizer, job, SpeakerJob(hints))
-    segments = result.segments
-    match args.format:
-        case "text":
-            for segment in segments:
-                print(f"{segment.speaker}: {segment.text.strip()}")
-        case "json":
-            print(TranscriptionDiarizedJSON.from_result(result).model_dump_json(indent=2))
-        case "verbose_json":
-            granularities = ("segment", "word") if args.word_timestamps else ("segment",)
-            verbose = TranscriptionVerboseJSON.from_result(
-                result.transcription, granularities, result.speaker_at
-            )
-            print(verbose.model_dump_json(indent=2, exclude_none=True))
-        case "srt":
-            print(formats.to_srt(segments, [s.speaker for s in segments]), end="")
-        case _:
-            print(formats.to_vtt(segments, [s.speaker for s in segments]), end="")
+    if args.format == "text":
+        for segment in result.segments:
+            print(f"{segment.speaker}: {segment.text.strip()}")
+    else:
+        granularities = ("segment", "word") if args.word_timestamps else ("segment",)
+        shape = "diarized_json" if args.format == "json" else args.format
+        body = diarized_body(result, shape, granularities)
+        if not isinstance(body, str):
+            body = json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+        print(body, end="")
     return result.transcription.info
 
 

@@ -31,16 +31,10 @@ from app.api.job_http import (
     until_disconnect,
 )
 from app.api.metrics import Metrics, Stopwatch
-from app.api.schemas import (
-    TextDoneEvent,
-    TextSegmentJSON,
-    TranscriptionDiarizedJSON,
-    TranscriptionJSON,
-    TranscriptionVerboseJSON,
-)
+from app.api.schemas import TextDoneEvent, TextSegmentJSON
 from app.api.speaker_form import SpeakerForm
+from app.api.speaker_formats import diarized_body
 from app.config import Settings
-from app.service import formats
 from app.service.diarize.attribution import SpeakerSegment
 from app.service.diarize.job import DiarizedResult, LazyDiarizer, transcribe_speakers
 from app.service.jobs import TranscriptionJob
@@ -103,25 +97,9 @@ async def respond(
 
 
 def _format(result: DiarizedResult, form: AudioForm) -> Response:
-    transcription = result.transcription
-    match form.response_format:
-        case "diarized_json":
-            body = TranscriptionDiarizedJSON.from_result(result).model_dump()
-        case "verbose_json":
-            granularities = form.timestamp_granularities or ("segment",)
-            verbose = TranscriptionVerboseJSON.from_result(
-                transcription, granularities, result.speaker_at
-            )
-            body = verbose.model_dump(exclude_none=True)
-        case "json":
-            body = TranscriptionJSON.from_result(transcription).model_dump(exclude_none=True)
-        case "text":
-            return PlainTextResponse(transcription.text + "\n")
-        case "srt" | "vtt" as kind:
-            segments = result.segments
-            write = formats.to_srt if kind == "srt" else formats.to_vtt
-            return PlainTextResponse(write(segments, [s.speaker for s in segments]))
-    return JSONResponse(body)
+    granularities = form.timestamp_granularities or ("segment",)
+    body = diarized_body(result, form.response_format, granularities)
+    return PlainTextResponse(body) if isinstance(body, str) else JSONResponse(body)
 
 
 async def _stream(
