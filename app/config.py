@@ -136,6 +136,17 @@ class Settings(BaseSettings):
         default=None, description="If set, `Authorization: Bearer <key>` is required (not /health)."
     )
     ov_cache_dir: Path | None = Field(default=None, description="OpenVINO compiled-model cache.")
+    diarization: bool = Field(
+        default=True,
+        description="Speaker diarization (response_format=diarized_json, diarize=true, the model "
+        "gpt-4o-transcribe-diarize); off: such requests are refused (403) and the speaker models "
+        "are never loaded.",
+    )
+    diarization_device: Device | None = Field(
+        default=None,
+        description="OpenVINO device of the speaker models (loaded by the first diarized "
+        "request); default DEVICE.",
+    )
     vad_filter: bool = Field(
         default=True,
         description="Transcribe only the speech Silero VAD finds (request field `vad_filter`).",
@@ -211,9 +222,9 @@ class Settings(BaseSettings):
     )
 
     _split_lists = field_validator("models", "cors_origins", mode="before")(_split_csv)
-    _upper_devices = field_validator("device", "encoder_device", "decoder_device", mode="before")(
-        _upper_or_none
-    )
+    _upper_devices = field_validator(
+        "device", "encoder_device", "decoder_device", "diarization_device", mode="before"
+    )(_upper_or_none)
 
     @field_validator("ep", "kv_cache", "precision", "activation_quantization", mode="before")
     @classmethod
@@ -257,6 +268,11 @@ class Settings(BaseSettings):
         if self.workers:
             return self.workers
         return self.batch_max_rows if self.batching else 1
+
+    @property
+    def resolved_diarization_device(self) -> str:
+        """DIARIZATION_DEVICE, or DEVICE when it is not set."""
+        return self.diarization_device or self.device
 
     @property
     def max_upload_bytes(self) -> int:

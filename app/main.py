@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -80,7 +81,7 @@ def configure_logging(level: str) -> None:
 
 
 def runtime_options(settings: Settings) -> RuntimeOptions:
-    """Where and how the models run (the Whisper models and the speaker models alike)."""
+    """Where and how the Whisper models run."""
     return RuntimeOptions(
         ep=settings.ep,
         device=settings.device,
@@ -91,6 +92,11 @@ def runtime_options(settings: Settings) -> RuntimeOptions:
         inference_precision=settings.precision,
         activation_quantization=settings.activation_quantization,
     )
+
+
+def speaker_runtime(settings: Settings) -> RuntimeOptions:
+    """Where the speaker models run: the Whisper models' options on DIARIZATION_DEVICE."""
+    return replace(runtime_options(settings), device=settings.resolved_diarization_device)
 
 
 def build_models(settings: Settings) -> ModelManager:
@@ -301,7 +307,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     manager, readiness = build_models(settings), Readiness()
     limits = LiveLimits(settings.stream_max_session_s, settings.stream_max_buffered_s)
     live = LiveHost(manager, pool, readiness, limits, settings.stream_max_sessions)
-    diarizer = LazyDiarizer(settings.models_dir, runtime_options(settings))  # first use loads
+    diarizer = LazyDiarizer(settings.models_dir, speaker_runtime(settings))  # first use loads
     services = Services(settings, manager, pool, collector, readiness, live, diarizer)
     services.models.add_listener(collector.model_changed)
     app.state.services = services  # the routes get it through app.api.deps

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from fastapi import Depends, Form
 
+from app.api.deps import SettingsDep
 from app.api.errors import APIError
 from app.api.forms import AudioForm, audio_form
 from app.service.diarize.clustering import MAX_SPEAKERS, SpeakerHints
@@ -83,8 +84,16 @@ def known_speakers(
     return tuple((name, decode_data_url(url, i)) for i, (name, url) in pairs)
 
 
+def _asked_by(form: AudioForm, alias: bool) -> str:
+    """The request field that asked for speakers."""
+    if form.response_format == "diarized_json":
+        return "response_format"
+    return "model" if alias else "diarize"
+
+
 def speaker_form(
     form: Annotated[AudioForm, Depends(audio_form)],
+    settings: SettingsDep,
     known_speaker_names: Annotated[
         list[str] | None,
         Form(alias=NAMES, description="Names of up to 4 known speakers (diarized_json)"),
@@ -146,6 +155,14 @@ def speaker_form(
                 extra,
             )
         return None
+    if not settings.diarization:
+        raise APIError(
+            403,
+            "Speaker diarization is off on this server (STT_DIARIZATION=false): "
+            "diarized_json, diarize=true and the model gpt-4o-transcribe-diarize are not served",
+            param=_asked_by(form, alias),
+            code="diarization_disabled",
+        )
     if diarize and not alias and form.response_format in PLAIN_FORMATS:
         raise _invalid(
             "diarize=true adds speakers to verbose_json, srt and vtt; use "

@@ -1,22 +1,18 @@
 """Who said what, through the official `openai` SDK on the live server (issue 33).
 
-The conversation is made here from the repository's LibriSpeech clips: speaker 1089 ("stuff it
-into you ..."), speaker 2412 ("if the reader will excuse me ..."), speaker 1089 again ("he could
-wait no longer"), 0.6 s apart. Known speakers are named by a reference clip from another of
-1089's utterances.
+The conversation is made from the repository's LibriSpeech clips (`tests/api/conversation.py`:
+speaker 1089, speaker 2412, speaker 1089 again). Known speakers are named by a reference clip from
+another of 1089's utterances.
 """
 
 from __future__ import annotations
 
 import base64
-import io
-from dataclasses import dataclass
 
 import httpx
 import numpy as np
 import openai
 import pytest
-import soundfile as sf
 from openai.types.audio import TranscriptionDiarized
 
 from tests.api.conftest import (
@@ -24,54 +20,25 @@ from tests.api.conftest import (
     LiveServer,
     assert_openai_error,
     normalise,
+    start_server,
+    stop_server,
 )
+from tests.api.conversation import GAP_S, RATE, Conversation, read_clip, two_speakers, wav_bytes
 from tests.api.subtitles import parse_vtt
 from tests.conftest import AUDIO
 
 pytestmark = pytest.mark.timeout(300)
 
-RATE = 16000
-GAP_S = 0.6
-PARTS = ("1089-134686-0001.flac", "2412-153948-0000.flac", "1089-134691-0000.flac")
 EMPTY_WAV = AUDIO / "picovoice_empty.wav"
 
 
-@dataclass(frozen=True)
-class Conversation:
-    wav: bytes
-    spans: tuple[tuple[float, float], ...]  # each part's (start, end) seconds
-
-    def part_at(self, start: float, end: float) -> int:
-        """The part a stretch lies in most."""
-        shared = [min(end, b) - max(start, a) for a, b in self.spans]
-        return int(np.argmax(shared))
-
-
-def _read(name: str) -> np.ndarray:
-    audio, rate = sf.read(AUDIO / name, dtype="float32")
-    assert rate == RATE
-    return audio
-
-
-def _wav(audio: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    sf.write(out, audio, RATE, format="WAV", subtype="PCM_16")
-    return out.getvalue()
-
-
 def _data_url(audio: np.ndarray) -> str:
-    return "data:audio/wav;base64," + base64.b64encode(_wav(audio)).decode()
+    return "data:audio/wav;base64," + base64.b64encode(wav_bytes(audio)).decode()
 
 
 @pytest.fixture(scope="module")
 def conversation() -> Conversation:
-    pieces, spans, t = [], [], 0.0
-    for name in PARTS:
-        audio = _read(name)
-        pieces += [audio, np.zeros(int(GAP_S * RATE), np.float32)]
-        spans.append((t, t + len(audio) / RATE))
-        t += len(audio) / RATE + GAP_S
-    return Conversation(_wav(np.concatenate(pieces)), tuple(spans))
+    return two_speakers()
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +48,7 @@ def client(server: LiveServer) -> openai.OpenAI:
 
 def _stephen() -> str:
     """A reference clip of speaker 1089 (8 s of another utterance than the conversation's)."""
-    return _data_url(_read("1089-134686-0000.flac")[: 8 * RATE])
+    return _data_url(read_clip("1089-134686-0000.flac")[: 8 * RATE])
 
 
 def test_two_speakers_take_turns_in_openais_diarized_shape(
@@ -201,3 +168,23 @@ def test_speaker_fields_without_diarization_are_refused(server: LiveServer) -> N
     response = _post(server, {}, response_format="json", num_speakers="2")
     error = assert_openai_error(response, 400, "num_speakers")
     assert "diarized_json" in error["message"]
+
+
+def test_diarization_off_refuses_speakers_naming_the_setting_and_loads_no_models(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    off = start_server(tmp_path_factory.mktemp("off"), "no-diarization", STT_DIARIZATION="false")
+    try:
+        for fields, param in [
+            ({}, "response_format"),
+            ({"response_format": "vtt", "diarize": "true"}, "diarize"),
+            ({"response_format": "json", "model": "gpt-4o-transcribe-diarize"}, "model"),
+        ]:
+            error = assert_openai_error(_post(off, {}, **fields), 403, param)
+            assert "STT_DIARIZATION=false" in error["message"]
+            assert error["code"] == "diarization_disabled"
+        plain = _post(off, {}, response_format="json")
+        assert plain.status_code == 200 and "country" in plain.json()["text"]
+        assert "segmentation.onnx" not in off.log_path.read_text()  # logged by every load
+    finally:
+        stop_server(off)

@@ -83,12 +83,29 @@ def test_empty_api_key_means_none(clean_env: pytest.MonkeyPatch) -> None:
         ("STT_MODEL_TTL_S", "-2"),
         ("STT_MAX_LOADED_MODELS", "-1"),
         ("STT_MODEL_DOWNLOADS", "maybe"),
+        ("STT_DIARIZATION", "maybe"),
+        ("STT_DIARIZATION_DEVICE", "TPU"),
     ],
 )
 def test_rejects_bad_values(clean_env: pytest.MonkeyPatch, key: str, value: str) -> None:
     clean_env.setenv(key, value)
     with pytest.raises(ValidationError):
         Settings()
+
+
+def test_speaker_models_run_on_the_diarization_device(clean_env: pytest.MonkeyPatch) -> None:
+    from app.main import runtime_options, speaker_runtime
+
+    clean_env.setenv("STT_DEVICE", "cpu")
+    settings = Settings()
+    assert settings.diarization  # on by default
+    assert speaker_runtime(settings).device == "CPU"  # unset: the Whisper models' device
+    clean_env.setenv("STT_DIARIZATION_DEVICE", "gpu")
+    clean_env.setenv("STT_DIARIZATION", "false")
+    settings = Settings()
+    assert not settings.diarization
+    assert speaker_runtime(settings).device == "GPU"
+    assert runtime_options(settings).device == "CPU"
 
 
 def test_batching_settings_reach_the_models(clean_env: pytest.MonkeyPatch) -> None:

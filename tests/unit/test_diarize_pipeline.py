@@ -86,6 +86,14 @@ def test_without_the_models_diarization_is_refused_as_unavailable(tmp_path: Path
     assert "python -m app.export speakers" in refused.value.message
 
 
+def test_a_device_this_machine_lacks_is_refused_as_unavailable_naming_it() -> None:
+    with pytest.raises(Rejected) as refused:  # STT_DIARIZATION_DEVICE=NPU on a machine without
+        LazyDiarizer(MODELS_DIR, RuntimeOptions(ep="openvino", device="NPU")).get()
+    assert refused.value.kind == "unavailable"
+    assert "NPU was asked for" in refused.value.message
+    assert "CPU" in refused.value.message  # the devices found
+
+
 def test_concurrent_first_requests_load_the_speaker_models_once() -> None:
     lazy = LazyDiarizer(MODELS_DIR, RuntimeOptions(ep="cpu"))
     with ThreadPoolExecutor(2) as threads:

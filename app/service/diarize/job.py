@@ -21,7 +21,7 @@ import numpy as np
 from app.engine.audio import AudioDecodeError, decode_audio
 from app.engine.speakers import SpeakerModelsMissing, TooLittleSpeech, load_speaker_models
 from app.runtime.contract import SAMPLE_RATE
-from app.runtime.sessions import RuntimeOptions
+from app.runtime.sessions import DeviceError, RuntimeOptions
 from app.service.diarize.activity import Turn
 from app.service.diarize.attribution import (
     FIRST,
@@ -94,11 +94,12 @@ class LazyDiarizer:
         try:
             step_s = self._options.step_s
             models = load_speaker_models(self._models_dir, self._runtime, step_s=step_s)
-        except SpeakerModelsMissing as e:
+        except (SpeakerModelsMissing, DeviceError) as e:
+            missing = isinstance(e, SpeakerModelsMissing)
+            reason = f"the diarization models are not built ({e})" if missing else str(e)
             raise Rejected(
                 "diarization_unavailable",
-                "Speaker diarization is not available on this server: the diarization models "
-                f"are not built ({e})",
+                f"Speaker diarization is not available on this server: {reason}",
                 kind="unavailable",
             ) from e
         log.info("speaker models loaded in %.2f s", time.perf_counter() - started)
