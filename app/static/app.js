@@ -1,7 +1,8 @@
 // Browser client of the speech-to-text server: microphone -> AudioWorklet -> WebSocket on the
 // OpenAI Realtime transcription protocol (/v1/realtime?intent=transcription; 16-bit PCM at the
 // AudioContext's rate, server VAD turns, with this server's partial-text extension), and a file
-// upload through POST /v1/audio/transcriptions with stream=true (Server-Sent Events).
+// upload through POST /v1/audio/transcriptions with stream=true (Server-Sent Events), with speakers
+// (diarized_json) when asked.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -207,6 +208,25 @@ async function stop() {
 }
 
 // ---- file upload (REST + SSE) ------------------------------------------------------------------
+// With "Speakers" the request asks for diarized_json: each transcript.text.segment event is one
+// speaker's turn, shown as a line with its label (A, B, ... or a known speaker's name); each
+// speaker gets the next of the page's colours in order of appearance.
+const SPEAKER_COLOURS = 6;
+
+function appendSegment(out, speakers, event) {
+  if (!speakers.has(event.speaker)) speakers.set(event.speaker, speakers.size % SPEAKER_COLOURS);
+  const line = document.createElement("div");
+  line.className = "segment speaker-" + speakers.get(event.speaker);
+  line.dataset.speaker = event.speaker;
+  const who = document.createElement("span");
+  who.className = "speaker";
+  who.textContent = event.speaker;
+  const text = document.createElement("span");
+  text.textContent = event.text.trim();
+  line.append(who, text);
+  out.append(line);
+}
+
 async function upload() {
   const file = $("file").files[0];
   const out = $("file-transcript");
@@ -221,6 +241,9 @@ async function upload() {
   const form = new FormData();
   form.append("file", file);
   form.append("stream", "true");
+  const withSpeakers = $("speakers").checked;
+  if (withSpeakers) form.append("response_format", "diarized_json");
+  const speakers = new Map();
   if ($("model").value) form.append("model", $("model").value);
   if ($("language").value.trim()) form.append("language", $("language").value.trim());
   try {
@@ -245,8 +268,9 @@ async function upload() {
           if (!line.startsWith("data:")) continue;
           const event = JSON.parse(line.slice(5));
           if (event.type === "transcript.text.delta") out.textContent += event.delta;
+          else if (event.type === "transcript.text.segment") appendSegment(out, speakers, event);
           else if (event.type === "transcript.text.done") {
-            out.textContent = event.text;
+            if (!withSpeakers) out.textContent = event.text;
             status.textContent = "done";
           } else if (event.type === "error") throw new Error(event.error.message);
         }

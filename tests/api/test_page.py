@@ -1,5 +1,6 @@
 """The browser page at `/`, driven in headless Chromium (Debian's `chromium`, via Playwright)
-with a fake microphone that plays jfk.wav: the live transcript must appear on the page.
+with a fake microphone that plays jfk.wav: the live transcript must appear on the page; an
+uploaded file's transcript too, and with "Speakers" each speaker's turns, labelled and coloured.
 
 `make setup-browser` installs Chromium (`make test` runs it). The screenshot is saved to
 tests/artifacts/page_live_transcript.png.
@@ -7,6 +8,7 @@ tests/artifacts/page_live_transcript.png.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import time
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.api.conftest import JFK_WAV, LiveServer, normalise
+from tests.api.conversation import two_speakers
 from tests.conftest import REPO
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -104,3 +107,32 @@ def test_page_file_upload_streams_sse(server: LiveServer, browser) -> None:
     assert PHRASE in normalise(page.inner_text("#file-transcript"))
     page.screenshot(path=str(ARTIFACTS / "page_file_upload.png"), full_page=True)
     page.close()
+
+
+def test_page_shows_each_speaker_of_an_uploaded_file(
+    server: LiveServer, browser, tmp_path: Path
+) -> None:
+    talk = tmp_path / "talk.wav"
+    talk.write_bytes(two_speakers().wav)
+    page = browser.new_page()
+    page.goto(server.url("/"))
+    page.set_input_files("#file", str(talk))
+    page.check("#speakers")
+    page.click("#upload")
+    page.wait_for_function(
+        "document.getElementById('file-status').textContent === 'done'", timeout=120_000
+    )
+    lines = page.eval_on_selector_all(
+        "#file-transcript .segment",
+        """lines => lines.map(l => [l.dataset.speaker, l.querySelector('.speaker').textContent,
+            getComputedStyle(l.querySelector('.speaker')).backgroundColor, l.innerText])""",
+    )
+    page.screenshot(path=str(ARTIFACTS / "page_file_speakers.png"), full_page=True)
+    page.close()
+    assert [who for who, *_ in lines] == [label for _, label, *_ in lines]
+    turns = [who for who, _ in itertools.groupby(who for who, *_ in lines)]
+    assert turns == ["A", "B", "A"], lines
+    colour = {who: background for who, _, background, _ in lines}
+    assert len(set(colour.values())) == 2, colour  # each speaker its own colour
+    b_text = normalise(" ".join(text for who, _, _, text in lines if who == "B"))
+    assert "if the reader will excuse me" in b_text and "stuff" not in b_text
