@@ -359,7 +359,7 @@ def report(results: dict[str, dict]) -> list[str]:
         "step: means of 20 calls). The machine is "
         f"shared: **busy** = a 1-min load average ≥ {BUSY} during the size's measurements "
         "(figures of both sides are then slower and much noisier). Load time: ours compiles "
-        "the encoder, decoder and aligner sessions (no OpenVINO cache, the service's default); "
+        "the encoder and decoder sessions (no OpenVINO cache, the service's default); "
         "CTranslate2 reads model.bin (after the first round from the page cache). RSS after "
         "load: VmRSS of the worker process, Python and the runtime included.",
         "",

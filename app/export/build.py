@@ -1,4 +1,4 @@
-"""Build a model folder: weights -> encoder.onnx, decoder.onnx, aligner.onnx, tokenizer.json and
+"""Build a model folder: weights -> encoder.onnx, decoder.onnx, tokenizer.json and
 manifest.json.
 
 The folder is written under a temporary name and renamed when complete, so a failed build leaves
@@ -30,7 +30,7 @@ from app.export.sources import (
     resolve_local_folder,
     sha256_of,
 )
-from app.export.whisper_graphs import build_aligner, build_decoder, build_encoder
+from app.export.whisper_graphs import build_decoder, build_encoder
 from app.runtime.contract import ContractError, Manifest, missing_files
 
 log = logging.getLogger(__name__)
@@ -155,13 +155,10 @@ def build_model(
         steps.set_postfix_str("encoder graph")
         written = _save(build_encoder(weights, weight_format), partial / "encoder.onnx")
         advance()
-        steps.set_postfix_str("decoder graphs")
-        written += _save(build_decoder(weights, weight_format), partial / "decoder.onnx")
-        aligner = build_aligner(
-            weights, weight_format, manifest.alignment_heads, manifest.special.eot
-        )
-        written += _save(aligner, partial / "aligner.onnx")
-        del weights, aligner
+        steps.set_postfix_str("decoder graph")
+        decoder = build_decoder(weights, weight_format, manifest.alignment_heads)
+        written += _save(decoder, partial / "decoder.onnx")
+        del weights, decoder
         shutil.copyfile(source.tokenizer, partial / "tokenizer.json")
         written.append("tokenizer.json")
         advance()

@@ -175,29 +175,27 @@ def _decoder_layers(
     x: str,
     bias: str,
     cross: dict[str, str],
-    past: dict[str, str] | None,
-    alignment_heads: tuple[tuple[int, int], ...] = (),
-) -> tuple[str, list[str]]:
-    """The text layers over x [B, T, D] -> (final-normed x [B, T, D], alignment weights).
+    past: dict[str, str],
+    alignment_heads: tuple[tuple[int, int], ...],
+) -> tuple[str, str]:
+    """The text layers over x [B, T, D] -> (final-normed x [B, T, D], alignment queries).
 
-    With `past`, each layer's new self K/V [B, H, T, Dh] become the `new_k_i`/`new_v_i` outputs
-    and the keys are past + new; without, the T tokens attend only to each other. For each
-    (layer, head) of `alignment_heads`, in order, its cross-attention weights [B, 1, T, 1500]
-    (cross K/V must then have one row per query row: no beams folded in).
+    Each layer's new self K/V [B, H, T, Dh] become the `new_k_i`/`new_v_i` outputs and the keys
+    are past + new. The alignment queries [B, A, T, Dh] are the cross-attention queries (before
+    the 1/sqrt(Dh) scale) of `alignment_heads`' (layer, head) pairs, in order: with the cross
+    keys they give those heads' attention weights (word timing, `app.runtime.alignment`).
     """
     dims = w.dims()
     new_shape = ["batch", dims.n_heads, "new", dims.head_dim]
-    weights: dict[tuple[int, int], str] = {}
+    queries: dict[tuple[int, int], str] = {}
     for i in range(dims.n_text_layer):
         layer = f"model.decoder.layers.{i}"
         h = _pre_norm(g, x, w, f"{layer}.self_attn_layer_norm")
         q, k, v = _self_attention_qkv(g, h, w, f"{layer}.self_attn")
-        keys, values = k, v
-        if past is not None:
-            g.output(k, f"new_k_{i}", np.float32, new_shape)
-            g.output(v, f"new_v_{i}", np.float32, new_shape)
-            keys = g.op("Concat", [past[f"past_k_{i}"], k], axis=2)  # [B, H, P+T, Dh]
-            values = g.op("Concat", [past[f"past_v_{i}"], v], axis=2)
+        g.output(k, f"new_k_{i}", np.float32, new_shape)
+        g.output(v, f"new_v_{i}", np.float32, new_shape)
+        keys = g.op("Concat", [past[f"past_k_{i}"], k], axis=2)  # [B, H, P+T, Dh]
+        values = g.op("Concat", [past[f"past_v_{i}"], v], axis=2)
         heads = g.attention(q, keys, values, dims.head_dim, bias)
         x = g.op("Add", [x, _attention_out(g, heads, w, f"{layer}.self_attn")])
 
@@ -207,19 +205,15 @@ def _decoder_layers(
             h, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"], f"{prefix}.q_proj"
         )
         q = g.split_heads(q, dims.n_heads, dims.head_dim)
+        for layer_index, head in alignment_heads:
+            if layer_index == i:
+                queries[(i, head)] = g.op("Gather", [q, g.const([head])], axis=1)
         cross_k, cross_v = cross[f"cross_k_{i}"], cross[f"cross_v_{i}"]
-        wanted = [head for layer_index, head in alignment_heads if layer_index == i]
-        if wanted:
-            probs = g.attention_weights(q, cross_k, dims.head_dim)  # [B, H, T, 1500]
-            for head in wanted:
-                weights[(i, head)] = g.op("Gather", [probs, g.const([head])], axis=1)
-            heads = g.op("MatMul", [probs, cross_v])
-        else:
-            heads = _cross_attention(g, q, cross_k, cross_v, dims.head_dim)
+        heads = _cross_attention(g, q, cross_k, cross_v, dims.head_dim)
         x = g.op("Add", [x, _attention_out(g, heads, w, prefix)])
         x = _feed_forward(g, x, w, layer)
     x = _pre_norm(g, x, w, "model.decoder.layer_norm")  # [B, T, D]
-    return x, [weights[head] for head in alignment_heads]
+    return x, g.op("Concat", [queries[head] for head in alignment_heads], axis=1)
 
 
 def _logits(g: GraphBuilder, x: str, embed: str, input_ids: str, dims: contract.Dims) -> str:
@@ -240,9 +234,16 @@ def _cross_inputs(g: GraphBuilder, dims: contract.Dims, batch: str) -> dict[str,
     }
 
 
-def build_decoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelProto:
-    """One decoder graph for prefill, steps, beams, batches and the static buffer (contract.py)."""
+def build_decoder(
+    w: WhisperWeights,
+    weight_format: WeightFormat,
+    alignment_heads: tuple[tuple[int, int], ...],
+) -> onnx.ModelProto:
+    """One decoder graph for prefill, steps, beams, batches, the static buffer and word timing's
+    alignment queries (contract.py)."""
     dims = w.dims()
+    if not alignment_heads:
+        raise ValueError("the model has no alignment heads: word timing needs them")
     g = GraphBuilder("whisper_decoder", weight_format)
     input_ids = g.input("input_ids", np.int64, ["batch", "new"])
     position_ids = g.input("position_ids", np.int64, ["batch", "new"])
@@ -254,55 +255,10 @@ def build_decoder(w: WhisperWeights, weight_format: WeightFormat) -> onnx.ModelP
     }
     cross = _cross_inputs(g, dims, "cross_batch")
     x, embed = _embed(g, w, input_ids, position_ids)
-    x, _ = _decoder_layers(g, w, x, _mask_bias(g, input_ids, attention_mask), cross, past)
+    bias = _mask_bias(g, input_ids, attention_mask)
+    x, queries = _decoder_layers(g, w, x, bias, cross, past, alignment_heads)
     logits = _logits(g, x, embed, input_ids, dims)
     g.output(logits, "logits", np.float32, ["batch", "new", dims.n_vocab])
-    return g.model()
-
-
-def build_aligner(
-    w: WhisperWeights,
-    weight_format: WeightFormat,
-    alignment_heads: tuple[tuple[int, int], ...],
-    eot: int,
-) -> onnx.ModelProto:
-    """The decoder run once over a whole window's tokens, for word timing (contract.py).
-
-    input_ids [B, T] (sot sequence, <|notimestamps|>, text, <|endoftext|>, at positions 0..T-1;
-    rows padded at the end), target_ids [B, T] (the token whose log-prob is wanted at each
-    position, < eot), cross K/V [B, H, 1500, Dh] ->
-    alignment_weights [B, A, T, 1500]: the alignment heads' softmax cross-attention weights;
-    token_logprobs [B, T]: log p(target_ids[:, t]) over the text tokens (ids < eot), as
-    openai/whisper's word probabilities take it.
-    """
-    dims = w.dims()
-    if not alignment_heads:
-        raise ValueError("the model has no alignment heads: word timing needs them")
-    g = GraphBuilder("whisper_aligner", weight_format)
-    input_ids = g.input("input_ids", np.int64, ["batch", "tokens"])
-    target_ids = g.input("target_ids", np.int64, ["batch", "tokens"])
-    cross = _cross_inputs(g, dims, "batch")
-    zero, one = g.const(np.array(0, np.int64)), g.const(np.array(1, np.int64))
-    n_tokens = g.op("Gather", [g.op("Shape", [input_ids]), one], axis=0)
-    position_ids = g.op("Unsqueeze", [g.op("Range", [zero, n_tokens, one]), g.const([0])])
-    ones = onnx.helper.make_tensor("one", onnx.TensorProto.INT64, [1], [1])
-    every_key = g.op("ConstantOfShape", [g.op("Shape", [input_ids])], value=ones)  # [B, T]
-    x, embed = _embed(g, w, input_ids, position_ids)
-    x, weights = _decoder_layers(
-        g, w, x, _mask_bias(g, input_ids, every_key), cross, None, alignment_heads
-    )
-    g.output(
-        g.op("Concat", weights, axis=1),
-        "alignment_weights",
-        np.float32,
-        ["batch", len(alignment_heads), "tokens", dims.n_audio_ctx],
-    )
-    logits = _logits(g, x, embed, input_ids, dims)
-    text_logits = g.op("Slice", [logits, g.const([0]), g.const([eot]), g.const([2])])
-    logprobs = g.op("LogSoftmax", [text_logits], axis=-1)  # [B, T, eot]
-    picked = g.op("GatherElements", [logprobs, g.op("Unsqueeze", [target_ids, g.const([2])])],
-                  axis=2)  # fmt: skip
-    g.output(
-        g.op("Squeeze", [picked, g.const([2])]), "token_logprobs", np.float32, ["batch", "tokens"]
-    )
+    query_shape = ["batch", len(alignment_heads), "new", dims.head_dim]
+    g.output(queries, "alignment_queries", np.float32, query_shape)
     return g.model()

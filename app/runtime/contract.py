@@ -1,8 +1,8 @@
 """The model-folder contract between `app.export` (writer) and the runtime (reader).
 
 ONNX input/output names are generated here from the layer count, and nowhere else.
-A model folder holds `encoder.onnx`, `decoder.onnx`, `aligner.onnx` (word timing),
-`tokenizer.json` and `manifest.json`.
+A model folder holds `encoder.onnx`, `decoder.onnx` (which also gives word timing's alignment
+queries), their weights files `<graph>.onnx.data`, `tokenizer.json` and `manifest.json`.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-CONTRACT_VERSION = 2  # 2: aligner.onnx
-MODEL_FILES = ("encoder.onnx", "decoder.onnx", "aligner.onnx", "tokenizer.json", "manifest.json")
+CONTRACT_VERSION = 3  # 2: aligner.onnx; 3: no aligner.onnx, the decoder's alignment_queries
+MODEL_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "manifest.json")
 
 N_SAMPLES_PER_WINDOW = 480_000  # 30 s at 16 kHz
 N_FRAMES = 3000  # mel frames per 30 s window (hop 160)
 SAMPLE_RATE = 16_000
 TIME_PRECISION = 0.02  # seconds per timestamp token and per encoder frame (30 s / 1500)
+ALIGNMENT_QUERIES = "alignment_queries"  # the decoder's output for word timing
 
 
 def missing_files(folder: Path) -> list[str]:
@@ -64,20 +65,15 @@ def decoder_input_names(n_layers: int) -> list[str]:
     ]
 
 
-def decoder_output_names(n_layers: int) -> list[str]:
+def decoder_step_output_names(n_layers: int) -> list[str]:
     """logits [B, T, V]; `new_k_{i}`, `new_v_{i}` [B, H, T, Dh] for the T new positions only."""
     return ["logits", *(f"new_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v"))]
 
 
-def aligner_input_names(n_layers: int) -> list[str]:
-    """input_ids, target_ids [B, T]; cross K/V [B, H, 1500, Dh] (one row per token row)."""
-    return ["input_ids", "target_ids", *encoder_output_names(n_layers)]
-
-
-def aligner_output_names() -> list[str]:
-    """alignment_weights [B, A, T, 1500] (the manifest's alignment heads, in its order, softmax
-    over the encoder frames); token_logprobs [B, T] (log p of target_ids over the text tokens)."""
-    return ["alignment_weights", "token_logprobs"]
+def decoder_output_names(n_layers: int) -> list[str]:
+    """The step's outputs, then `alignment_queries` [B, A, T, Dh]: the cross-attention queries
+    (unscaled) of the manifest's alignment heads, in its order (word timing)."""
+    return [*decoder_step_output_names(n_layers), ALIGNMENT_QUERIES]
 
 
 @dataclass(frozen=True)
@@ -171,8 +167,6 @@ def check_io(kind: str, actual_inputs: list[str], actual_outputs: list[str], n_l
     """Raise ContractError when a session's I/O names differ from the contract's."""
     if kind == "encoder":
         want_in, want_out = encoder_input_names(), encoder_output_names(n_layers)
-    elif kind == "aligner":
-        want_in, want_out = aligner_input_names(n_layers), aligner_output_names()
     else:
         want_in, want_out = decoder_input_names(n_layers), decoder_output_names(n_layers)
     for what, want, got in (

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from app.runtime import contract, mapped_weights
+from app.runtime import alignment, contract, mapped_weights
 from app.runtime.contract import ContractError, Manifest
 
 log = logging.getLogger(__name__)
@@ -187,6 +187,11 @@ def create_session(
         providers: list = ["CPUExecutionProvider"]
     else:
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        # ONNX Runtime only allocates the graph's outputs here; its arena would keep the largest
+        # ever made (a window's cross K/V, word timing's logits) reserved for good. Without it
+        # they are freed: large-v3-turbo's encoder -58 MB after its outputs are dropped, the
+        # decoder step no slower (benchmarks/results/memory_sizes.md).
+        options.enable_cpu_mem_arena = False
         # OpenVINO optimizes the graph itself; ONNX Runtime's constant folding would first turn
         # fp16 weights into fp32 copies (measured: +120 MB peak for tiny.en, +360 MB for base).
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -213,9 +218,10 @@ def create_session(
 
 
 class WhisperSessions:
-    """The encoder, decoder and aligner sessions of one model folder; safe to call from many
-    threads. The aligner runs where the decoder runs. A graph whose weights are in an external
-    data file has that file's mapped pages dropped after its first run (`mapped_weights`)."""
+    """The encoder and decoder sessions of one model folder; safe to call from many threads.
+    Word timing (the "aligner" stage) runs on the decoder's session: one copy of its weights.
+    A graph whose weights are in an external data file has that file's mapped pages dropped
+    after its first run (`mapped_weights`)."""
 
     def __init__(
         self,
@@ -223,7 +229,6 @@ class WhisperSessions:
         manifest: Manifest,
         encoder: ort.InferenceSession,
         decoder: ort.InferenceSession,
-        aligner: ort.InferenceSession,
         devices: dict[str, str],
         ep: str,
     ) -> None:
@@ -233,15 +238,14 @@ class WhisperSessions:
         self.ep = ep
         self._encoder = encoder
         self._decoder = decoder
-        self._aligner = aligner
         n_layers = manifest.dims.n_text_layer
         self._encoder_outputs = contract.encoder_output_names(n_layers)
-        self._decoder_outputs = contract.decoder_output_names(n_layers)
+        self._step_outputs = contract.decoder_step_output_names(n_layers)
         self._past_names = contract.past_names(n_layers)
         self._cross_names = contract.encoder_output_names(n_layers)
         self._unreleased = {
             stage: data
-            for stage in ("encoder", "decoder", "aligner")
+            for stage in ("encoder", "decoder")
             if (data := folder / f"{stage}.onnx.data").is_file()
         }
 
@@ -265,12 +269,9 @@ class WhisperSessions:
         available = openvino_devices() if options.ep == "openvino" else []
         if options.ep == "openvino" and not available:
             raise DeviceError("the OpenVINO execution provider is not installed in this Python")
-        for stage in ("encoder", "decoder", "aligner"):
-            if stage == "aligner":
-                device = devices["decoder"]  # it reads the decoder's cross K/V: same device
-            else:
-                wanted = getattr(options, f"{stage}_device") or options.device
-                device = resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
+        for stage in ("encoder", "decoder"):
+            wanted = getattr(options, f"{stage}_device") or options.device
+            device = resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
             started = time.perf_counter()
             session = create_session(
                 folder / f"{stage}.onnx",
@@ -297,24 +298,15 @@ class WhisperSessions:
                 time.perf_counter() - started,
             )
             sessions[stage], devices[stage] = session, device
-        return cls(
-            folder,
-            manifest,
-            sessions["encoder"],
-            sessions["decoder"],
-            sessions["aligner"],
-            devices,
-            options.ep,
-        )
+        devices["aligner"] = devices["decoder"]  # word timing runs on the decoder's session
+        return cls(folder, manifest, sessions["encoder"], sessions["decoder"], devices, options.ep)
 
     @property
     def providers(self) -> dict[str, str]:
-        """The active execution provider of each stage, e.g. {"encoder": "CPUExecutionProvider"}."""
-        return {
-            "encoder": self._encoder.get_providers()[0],
-            "decoder": self._decoder.get_providers()[0],
-            "aligner": self._aligner.get_providers()[0],
-        }
+        """The active execution provider of each stage, e.g. {"encoder": "CPUExecutionProvider"}
+        (the aligner stage is the decoder's session)."""
+        decoder = self._decoder.get_providers()[0]
+        return {"encoder": self._encoder.get_providers()[0], "decoder": decoder, "aligner": decoder}
 
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
         """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]."""
@@ -338,20 +330,32 @@ class WhisperSessions:
         }
         feed.update(zip(self._past_names, past, strict=True))
         feed.update(zip(self._cross_names, cross, strict=True))
-        logits, *new = self._decoder.run(self._decoder_outputs, feed)
+        logits, *new = self._decoder.run(self._step_outputs, feed)
         self._ran("decoder")
         return logits, new
 
     def align(
         self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The aligner over whole token rows: input_ids, target_ids i64 [B, T], cross K/V with B
-        rows -> alignment weights f32 [B, A, T, 1500], token log-probs f32 [B, T]."""
-        feed = {"input_ids": input_ids, "target_ids": target_ids}
+        """Word timing over whole token rows, a decoder prefill from position 0: input_ids,
+        target_ids i64 [B, T] (target < eot), cross K/V with B rows -> the alignment heads'
+        weights f32 [B, A, T, 1500], log p(target) over the text tokens f32 [B, T]."""
+        batch, n_tokens = input_ids.shape
+        positions = np.broadcast_to(np.arange(n_tokens, dtype=np.int64), (batch, n_tokens))
+        feed = {
+            "input_ids": input_ids,
+            "position_ids": np.ascontiguousarray(positions),
+            "attention_mask": np.ones((batch, n_tokens), np.int64),
+        }
+        feed.update(zip(self._past_names, self.empty_past(batch), strict=True))
         feed.update(zip(self._cross_names, cross, strict=True))
-        weights, logprobs = self._aligner.run(contract.aligner_output_names(), feed)
-        self._ran("aligner")
-        return weights, logprobs
+        logits, queries = self._decoder.run(["logits", contract.ALIGNMENT_QUERIES], feed)
+        self._ran("decoder")
+        manifest = self.manifest
+        return (
+            alignment.alignment_weights(queries, cross, manifest.alignment_heads),
+            alignment.token_logprobs(logits, target_ids, manifest.special.eot),
+        )
 
     def empty_past(self, batch: int = 1) -> list[np.ndarray]:
         """Zero-length self K/V [batch, H, 0, Dh] for a first call with nothing cached."""

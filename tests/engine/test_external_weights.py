@@ -16,7 +16,7 @@ from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from tests.conftest import model_dir
 from tests.engine.conftest import JFK, clip
 
-STAGES = ("encoder", "decoder", "aligner")
+STAGES = ("encoder", "decoder")
 
 
 @pytest.fixture(scope="module")

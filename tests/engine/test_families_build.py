@@ -147,7 +147,7 @@ def test_every_graphs_weights_go_to_an_external_data_file(
     )
     assert summary is not None
     folder = summary.folder
-    data = {f"{graph}.onnx.data" for graph in ("encoder", "decoder", "aligner")}
+    data = {f"{graph}.onnx.data" for graph in ("encoder", "decoder")}
     assert data <= {p.name for p in folder.iterdir()}
     graph, weights = (folder / "decoder.onnx").stat().st_size, (folder / "decoder.onnx.data").stat()
     assert graph < weights.st_size / 10

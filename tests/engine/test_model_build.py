@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def test_manifests(tiny_en_dir: Path, base_dir: Path) -> None:
     assert base.special.transcribe == 50359 and base.special.translate == 50358
     assert len(base.alignment_heads) == 8 and 220 in base.suppress_ids_begin
     for manifest in (tiny, base):
-        graphs = ("encoder.onnx", "decoder.onnx", "aligner.onnx")
+        graphs = ("encoder.onnx", "decoder.onnx")
         weights = {f"{graph}.data" for graph in graphs}
         assert set(manifest.sha256) == {*graphs, *weights, "tokenizer.json"}
 
@@ -84,7 +85,7 @@ def decoder_bytes(summary: BuildSummary) -> int:
 def test_graph_io_matches_contract(name: str) -> None:
     folder = REPO / "models" / name
     n_layers = Manifest.load(folder).dims.n_text_layer
-    for stage in ("encoder", "decoder", "aligner"):
+    for stage in ("encoder", "decoder"):
         model = onnx.load(folder / f"{stage}.onnx", load_external_data=False)
         contract.check_io(
             stage,
@@ -110,6 +111,16 @@ def test_contract_mismatch_is_reported() -> None:
             contract.decoder_output_names(2),
             2,
         )
+
+
+def test_a_folder_of_an_older_contract_is_refused_with_a_rebuild_hint(
+    tiny_en_dir: Path, tmp_path: Path
+) -> None:
+    """A folder built before the decoder gave the alignment queries (contract 2: aligner.onnx)."""
+    manifest = json.loads((tiny_en_dir / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "contract_version": 2}))
+    with pytest.raises(ContractError, match="version 2, this code reads version 3; rebuild"):
+        WhisperSessions.load(tmp_path)
 
 
 @pytest.mark.parametrize("ep", ["openvino", "cpu"])
