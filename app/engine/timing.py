@@ -13,8 +13,9 @@ look at the frames where it was spoken (the manifest lists them per model). For 
 3. Dynamic time warping on its negation: the monotonic path from (first token, first frame) to
    (last token, last frame) that collects the most attention. A token starts at the frame where
    the path enters its row (20 ms per frame).
-4. Split the text tokens into words (the tokenizer's rule); a word starts where its first token
-   starts and ends where the next word starts; its probability is the mean of its tokens'.
+4. Split the text tokens into words (the tokenizer's rule, `app.engine.words`); a word starts
+   where its first token starts and ends where the next word starts; its probability is the
+   mean of its tokens'.
 5. Clean up as openai/whisper does: a word longer than twice the median word (median capped at
    0.7 s) at a sentence end is clamped; punctuation joins its neighbour word; per segment, an
    over-long first word after a pause is shortened, and a first or last word reaching more than
@@ -29,11 +30,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from app.engine.words import Word, join_punctuation
 from app.runtime.contract import TIME_PRECISION
 
 if TYPE_CHECKING:
@@ -43,35 +45,8 @@ if TYPE_CHECKING:
 MEDIAN_FILTER_WIDTH = 7
 SILENCE_DB = 25.0  # a frame this far below the window's loud frames holds no speech
 MIN_SILENT_LEAD_S = 0.1  # a word is moved only past a silent lead at least this long
-PREPEND_PUNCTUATION = "\"'“¿([{-"
-APPEND_PUNCTUATION = "\"'.。,，!！?？:：”)]}、"
 SENTENCE_END = ".。!！?？"
 MAX_MEDIAN_WORD_S = 0.7
-
-
-@dataclass
-class WordTiming:
-    """One word of a window: seconds from the window's start."""
-
-    word: str
-    tokens: list[int]
-    start: float
-    end: float
-    probability: float  # the mean of its tokens' probabilities
-    logprobs: list[float] = field(default_factory=list)  # each token's
-    # the latest frame (seconds) the alignment heads attended to most while its tokens were
-    # predicted: where in the audio the decoder was reading (AlignAtt's test)
-    peak: float = 0.0
-
-
-@dataclass
-class SegmentWords:
-    """The input and output of `assign_words` for one segment (seconds, absolute)."""
-
-    start: float
-    end: float
-    text_tokens: list[int]
-    words: list[WordTiming] = field(default_factory=list)
 
 
 def median_filter(x: np.ndarray, width: int = MEDIAN_FILTER_WIDTH) -> np.ndarray:
@@ -158,9 +133,9 @@ def frame_levels(mel: np.ndarray) -> np.ndarray:
     return per_10ms[: per_10ms.shape[0] // 2 * 2].reshape(-1, 2).max(axis=1)
 
 
-def start_at_speech(words: Sequence[WordTiming], levels: np.ndarray, offset: float = 0.0) -> None:
-    """A word whose span begins with silence starts where the sound does (`levels`: the
-    window's `frame_levels`; `offset`: the window's start in the words' time).
+def start_at_speech(words: Sequence[Word], levels: np.ndarray, offset: float = 0.0) -> list[Word]:
+    """`words`, each whose span begins with silence starting where the sound does (`levels`:
+    the window's `frame_levels`; `offset`: the window's start in the words' time).
 
     The DTW's path enters a row when attention moves on, which for the first word of a window
     is frame 0 and for the first word after a pause often the end of the word before: the pause
@@ -168,14 +143,17 @@ def start_at_speech(words: Sequence[WordTiming], levels: np.ndarray, offset: flo
     are silence; a silent lead of MIN_SILENT_LEAD_S or more is cut off.
     """
     if levels.size == 0:
-        return
+        return list(words)
     floor = float(np.percentile(levels, 95)) - SILENCE_DB
+    out = []
     for word in words:
         first = max(round((word.start - offset) / TIME_PRECISION), 0)
         last = round((word.end - offset) / TIME_PRECISION)
         sound = np.flatnonzero(levels[first:last] >= floor)
         if sound.size and sound[0] * TIME_PRECISION >= MIN_SILENT_LEAD_S:
-            word.start = round(offset + (first + int(sound[0])) * TIME_PRECISION, 3)
+            word = replace(word, start=round(offset + (first + int(sound[0])) * TIME_PRECISION, 3))
+        out.append(word)
+    return out
 
 
 def attention_matrix(weights: np.ndarray, n_frames: int) -> np.ndarray:
@@ -197,7 +175,7 @@ def align_words(
     text_tokens: Sequence[int],
     n_frames: int,
     pad_to: int | None = None,
-) -> list[WordTiming]:
+) -> list[Word]:
     """Words of one window's text tokens (seconds from the window's start).
 
     cross: the window's cross K/V, each [1, H, 1500, Dh]; n_frames: encoder frames holding
@@ -229,7 +207,7 @@ def words_of_window(
     logprobs: np.ndarray,
     n_frames: int,
     n_prefix: int,
-) -> list[WordTiming]:
+) -> list[Word]:
     """Words of one window (seconds from its start) from the aligner's outputs.
 
     weights [A, T, 1500] and logprobs [T] over the aligner's input row: `n_prefix` tokens (sot
@@ -247,97 +225,78 @@ def words_of_window(
     probs = np.exp(token_logprobs)
     words, word_tokens = tokenizer.split_words(list(text_tokens), language)
     bounds = np.cumsum([0] + [len(t) for t in word_tokens])
-    timings = [
-        WordTiming(
-            word=word,
-            tokens=tokens,
+    timed = [
+        Word(
             start=float(starts[lo]),
             end=float(starts[hi]),
+            word=word,
             probability=float(probs[lo:hi].mean()),
-            logprobs=token_logprobs[lo:hi].tolist(),
+            tokens=tuple(tokens),
+            logprobs=tuple(token_logprobs[lo:hi].tolist()),
             peak=float(peaks[lo:hi].max()),
         )
         for word, tokens, lo, hi in zip(words, word_tokens, bounds[:-1], bounds[1:], strict=True)
     ]
-    _clamp_sentence_ends(timings)
-    _merge_punctuation(timings)
-    return [t for t in timings if t.word]
+    return join_punctuation(_clamp_sentence_ends(timed))
 
 
-def median_word_s(words: Sequence[WordTiming]) -> float:
+def median_word_s(words: Sequence[Word]) -> float:
     durations = [w.end - w.start for w in words if w.end > w.start]
     return min(MAX_MEDIAN_WORD_S, float(np.median(durations))) if durations else 0.0
 
 
-def _clamp_sentence_ends(words: list[WordTiming]) -> None:
+def _clamp_sentence_ends(words: list[Word]) -> list[Word]:
     """A word longer than twice the median at a sentence end ran into the following pause."""
     longest = 2 * median_word_s(words)
     if longest == 0:
-        return
+        return words
+    out = words[:1]
     for previous, word in itertools.pairwise(words):
         if word.end - word.start > longest:
             if word.word in SENTENCE_END:
-                word.end = word.start + longest
+                word = replace(word, end=word.start + longest)
             elif previous.word in SENTENCE_END:
-                word.start = word.end - longest
-
-
-def _merge_punctuation(words: list[WordTiming]) -> None:
-    """Opening punctuation joins the word after it, closing punctuation the word before; the
-    emptied entries keep an empty `word`."""
-    following = len(words) - 1
-    for i in range(len(words) - 2, -1, -1):
-        word = words[i]
-        if word.word.startswith(" ") and word.word.strip() in PREPEND_PUNCTUATION:
-            nxt = words[following]
-            nxt.word, nxt.tokens = word.word + nxt.word, word.tokens + nxt.tokens
-            nxt.logprobs = word.logprobs + nxt.logprobs
-            nxt.peak = max(nxt.peak, word.peak)
-            word.word, word.tokens = "", []
-        else:
-            following = i
-    previous = 0
-    for i in range(1, len(words)):
-        word, before = words[i], words[previous]
-        if not before.word.endswith(" ") and word.word in APPEND_PUNCTUATION:
-            before.word, before.tokens = before.word + word.word, before.tokens + word.tokens
-            before.logprobs = before.logprobs + word.logprobs
-            before.peak = max(before.peak, word.peak)
-            word.word, word.tokens = "", []
-        else:
-            previous = i
+                word = replace(word, start=word.end - longest)
+        out.append(word)
+    return out
 
 
 def assign_words(
-    words: list[WordTiming],
-    segments: list[SegmentWords],
+    groups: Sequence[Sequence[Word]],
+    segments: Sequence[tuple[float, float]],
     time_offset: float,
     last_speech: float,
     levels: np.ndarray | None = None,
-) -> float:
-    """Hand a window's words (window-relative) to its segments (absolute seconds), in order,
-    adjusting segment bounds to them; returns the end of the last speech for the next window.
-    No word starts before `last_speech`: a window that starts at its predecessor's last
+) -> tuple[list[tuple[float, float, list[Word]]], float]:
+    """Hand a window's words (window-relative; `groups`: each segment's, see `group_words`) to
+    its segments (start, end: absolute seconds), in order, adjusting segment bounds to them;
+    returns each segment's (start, end, words) and the end of the last speech for the next
+    window. No word starts before `last_speech`: a window that starts at its predecessor's last
     timestamp may align its first word a few frames before the previous word's end. With the
     window's `levels`, each segment's first word starts where its sound does."""
-    median = median_word_s(words)
+    median = median_word_s([w for group in groups for w in group])
     longest = 2 * median
-    groups = group_words(words, [len(s.text_tokens) for s in segments])
-    for segment, group in zip(segments, groups, strict=True):
+    out = []
+    for (start, end), group in zip(segments, groups, strict=True):
+        placed = []
         for word in group:
-            start = max(round(time_offset + word.start, 2), last_speech)
-            end = max(round(time_offset + word.end, 2), start)
-            segment.words.append(replace(word, start=start, end=end))
-        if segment.words:
+            begin = max(round(time_offset + word.start, 2), last_speech)
+            end_s = max(round(time_offset + word.end, 2), begin)
+            placed.append(replace(word, start=begin, end=end_s))
+        if placed:
             if levels is not None:
-                start_at_speech(segment.words[:1], levels, time_offset)
-            _fit_segment(segment, median, longest, last_speech)
-            last_speech = segment.end
-    return last_speech
+                placed[:1] = start_at_speech(placed[:1], levels, time_offset)
+            start, end = _fit_segment(start, end, placed, median, longest, last_speech)
+            last_speech = end
+        out.append((start, end, placed))
+    return out, last_speech
 
 
-def _fit_segment(segment: SegmentWords, median: float, longest: float, last_speech: float) -> None:
-    words = segment.words
+def _fit_segment(
+    start: float, end: float, words: list[Word], median: float, longest: float, last_speech: float
+) -> tuple[float, float]:
+    """Fit a segment's first and last words (replaced in `words`) and its bounds to each other;
+    returns the segment's bounds."""
     first = words[0]
     after_pause = first.end - last_speech > 4 * median
     too_long = first.end - first.start > longest or (
@@ -346,30 +305,31 @@ def _fit_segment(segment: SegmentWords, median: float, longest: float, last_spee
     if after_pause and too_long:
         if len(words) > 1 and words[1].end - words[1].start > longest:
             boundary = max(words[1].end / 2, words[1].end - longest)
-            first.end = words[1].start = boundary
-        first.start = max(0.0, first.end - longest)
-    if segment.start < first.end and segment.start - 0.5 > first.start:
-        first.start = max(0.0, min(first.end - median, segment.start))
+            first = replace(first, end=boundary)
+            words[1] = replace(words[1], start=boundary)
+        first = replace(first, start=max(0.0, first.end - longest))
+    if start < first.end and start - 0.5 > first.start:
+        first = replace(first, start=max(0.0, min(first.end - median, start)))
     else:
-        segment.start = first.start
+        start = first.start
+    words[0] = first
     last = words[-1]
-    if segment.end > last.start and segment.end + 0.5 < last.end:
-        last.end = max(last.start + median, segment.end)
+    if end > last.start and end + 0.5 < last.end:
+        words[-1] = replace(last, end=max(last.start + median, end))
     else:
-        segment.end = last.end
+        end = last.end
     # the segment holds its words (openai/whisper leaves a pulled-back word up to a median
     # word's length outside it)
-    segment.start = min(segment.start, first.start)
-    segment.end = max(segment.end, last.end)
+    return min(start, words[0].start), max(end, words[-1].end)
 
 
-def group_words(words: Sequence[WordTiming], sizes: Sequence[int]) -> list[list[WordTiming]]:
+def group_words(words: Sequence[Word], sizes: Sequence[int]) -> list[list[Word]]:
     """A window's words, in order, split among its segments, which hold `sizes` text tokens in
     turn (a segment takes words until it has its tokens)."""
-    groups: list[list[WordTiming]] = []
+    groups: list[list[Word]] = []
     index = 0
     for size in sizes:
-        group: list[WordTiming] = []
+        group: list[Word] = []
         taken = 0
         while index < len(words) and taken < size:
             group.append(words[index])
@@ -377,34 +337,3 @@ def group_words(words: Sequence[WordTiming], sizes: Sequence[int]) -> list[list[
             index += 1
         groups.append(group)
     return groups
-
-
-class TextClock:
-    """When each character of a window's text was said, from its timed words (whose
-    concatenation is the text): `span(first, last)` is the time from the start of the word that
-    holds character `first` to the end of the one that holds character `last`."""
-
-    def __init__(self, words: Sequence[WordTiming]) -> None:
-        self.text = "".join(w.word for w in words)
-        self._ends = np.cumsum([len(w.word) for w in words])  # one past each word's last char
-        self._words = list(words)
-
-    def _word_at(self, char: int) -> WordTiming:
-        index = int(np.searchsorted(self._ends, char, side="right"))
-        return self._words[min(index, len(self._words) - 1)]
-
-    def span(self, first: int, last: int) -> tuple[float, float]:
-        return self._word_at(first).start, self._word_at(last).end
-
-    def _words_in(self, first: int, last: int) -> list[WordTiming]:
-        lo = int(np.searchsorted(self._ends, first, side="right"))
-        hi = int(np.searchsorted(self._ends, last, side="right"))
-        return self._words[min(lo, len(self._words) - 1) : min(hi, len(self._words) - 1) + 1]
-
-    def peak(self, first: int, last: int) -> float:
-        """The latest attention peak of the words that hold characters `first`..`last`."""
-        return max(w.peak for w in self._words_in(first, last))
-
-    def probability(self, first: int, last: int) -> float:
-        """The lowest probability of the words that hold characters `first`..`last`."""
-        return min(w.probability for w in self._words_in(first, last))

@@ -1,4 +1,5 @@
-"""Typed transcription results: `Segment`, `Word`, `TranscriptionInfo` and the timing stats.
+"""Typed transcription results: `Segment` (with its `Word`s, the engine's one word type),
+`TranscriptionInfo` and the timing stats.
 
 Times are seconds from the start of the audio.
 """
@@ -11,28 +12,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.engine.words import Word
+
 if TYPE_CHECKING:
     from app.engine.decoding_types import DecodingResult
-
-
-@dataclass(frozen=True)
-class Word:
-    """One word with its time span (seconds) and probability (the mean of its tokens'); its
-    tokens and their log-probs (OpenAI's `include[]=logprobs`)."""
-
-    start: float
-    end: float
-    word: str
-    probability: float
-    tokens: tuple[int, ...] = ()
-    logprobs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
 class Segment:
     """A piece of the transcript between two timestamps (seconds).
 
-    tokens: the segment's tokens, timestamp tokens included.
+    tokens: the segment's tokens, timestamp tokens included; words: its `Word`s (times rounded
+    to 10 ms, no `peak`) when word timestamps were asked for.
     seek: mel frame (10 ms) where the window that produced it started.
     """
 

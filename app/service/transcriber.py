@@ -47,12 +47,7 @@ from app.service.fallback import FallbackRule
 from app.service.options import TranscriptionOptions
 from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
 from app.service.text_stream import TextStream, WindowStream
-from app.service.windows import (
-    encode_window,
-    judged_silent,
-    restore_times,
-    split_by_timestamps,
-)
+from app.service.windows import encode_window, file_segments, judged_silent, restore_times
 from app.service.words import WindowAudio, add_words
 
 __all__ = [
@@ -283,7 +278,7 @@ class Transcriber:
             job.seek += segment_size
             return []
 
-        pieces, seek_delta = split_by_timestamps(
+        pieces, seek_delta = file_segments(
             result.tokens, tok.timestamp_begin, segment_size, segment_duration
         )
         job.seek += seek_delta
@@ -305,7 +300,7 @@ class Transcriber:
                     start=round(start, 3),
                     end=round(end, 3),
                     text=text,
-                    tokens=tuple(piece.tokens),
+                    tokens=piece.decoded,
                     temperature=result.temperature,
                     avg_logprob=result.avg_logprob,
                     compression_ratio=result.compression_ratio,
@@ -313,8 +308,8 @@ class Transcriber:
                 )
             )
             job.segment_id += 1
-            job.all_tokens.extend(piece.tokens)
-            stats.tokens += len(piece.tokens)
+            job.all_tokens.extend(piece.decoded)
+            stats.tokens += len(piece.decoded)
         if options.word_timestamps and kept:
             with stats.timed("align_s"):
                 window_audio = WindowAudio(

@@ -1,5 +1,5 @@
-"""One window's tokens -> segments and the next seek; segment times mapped back through the
-VAD's collecting."""
+"""One window's tokens -> segments (files and live passes) and a file's next seek; segment
+times mapped back through the VAD's collecting."""
 
 from __future__ import annotations
 
@@ -71,48 +71,82 @@ def restore_times(
 
 
 @dataclass(frozen=True)
-class Piece:
-    start: float  # seconds from the window start
+class WindowSegment:
+    """A stretch of one window's text between timestamp tokens (seconds from the window's
+    start, within its audio).
+
+    tokens: its text tokens; closed: ended by a timestamp token (else the decoder stopped
+    inside it); decoded: its tokens as decoded, with the timestamp tokens around it (a file
+    segment reports these).
+    """
+
+    start: float
     end: float
     tokens: tuple[int, ...]
+    closed: bool = True
+    decoded: tuple[int, ...] = ()
+
+    def shifted(self, seconds: float) -> WindowSegment:
+        return replace(self, start=self.start - seconds, end=self.end - seconds)
 
 
-def split_by_timestamps(
-    tokens: Sequence[int], timestamp_begin: int, segment_size: int, segment_duration: float
-) -> tuple[list[Piece], int]:
-    """Split one window's tokens into segments; return them and how far to seek (mel frames).
+def split_window(
+    tokens: Sequence[int], timestamp_begin: int, duration: float
+) -> list[WindowSegment]:
+    """Cut one window's tokens into segments at timestamp tokens; keep the unfinished tail.
+
+    `<|a|> text <|b|><|b|> text <|c|>` -> [a, b) and [b, c); text after the last timestamp is an
+    open segment ending at `duration` (seconds of audio in the window); a timestamp past it
+    counts as `duration`.
+    """
+    segments: list[WindowSegment] = []
+    start: float | None = None
+    opened = 0  # where the segment's tokens begin (its opening timestamp)
+    text: list[int] = []
+    for i, t in enumerate(tokens):
+        if t >= timestamp_begin:
+            ts = min((t - timestamp_begin) * TIME_PRECISION, duration)
+            if text:
+                begin = start if start is not None else 0.0
+                decoded = tuple(tokens[opened : i + 1])
+                segments.append(WindowSegment(begin, max(ts, begin), tuple(text), True, decoded))
+                text = []
+            start, opened = ts, i
+        else:
+            text.append(t)
+    if text:
+        begin = start if start is not None else 0.0
+        decoded = tuple(tokens[opened:])
+        segments.append(WindowSegment(begin, max(duration, begin), tuple(text), False, decoded))
+    return segments
+
+
+def file_segments(
+    tokens: Sequence[int], timestamp_begin: int, segment_size: int, duration: float
+) -> tuple[list[WindowSegment], int]:
+    """A file window's segments (openai/whisper's rule) and how far to seek (mel frames).
 
     Consecutive timestamp tokens close a segment and open the next. When the tokens end in a
     single timestamp, the last segment is closed and the whole window is consumed; otherwise the
     unfinished tail after the last pair is dropped and the seek stops at that pair. Tokens with
-    no pair form one segment up to the last timestamp (or the window's end).
+    no pair form one segment from the window's start up to the last timestamp (or the window's
+    end).
     """
     tokens = list(tokens)
     is_ts = [t >= timestamp_begin for t in tokens]
-    single_timestamp_ending = is_ts[-2:] == [False, True]
-    consecutive = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
-    pieces: list[Piece] = []
-    if consecutive:
-        slices = list(consecutive)
-        if single_timestamp_ending:
-            slices.append(len(tokens))
-        last_slice = 0
-        for current in slices:
-            sliced = tokens[last_slice:current]
-            start = (sliced[0] - timestamp_begin) * TIME_PRECISION
-            end = (sliced[-1] - timestamp_begin) * TIME_PRECISION
-            pieces.append(Piece(start, end, tuple(sliced)))
-            last_slice = current
-        if single_timestamp_ending:
-            seek_delta = segment_size  # no speech after the last timestamp
+    pairs = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    if pairs:
+        if is_ts[-2:] == [False, True]:  # a single timestamp ending: no speech after it
+            seek_delta = segment_size
         else:
-            last_timestamp_pos = tokens[last_slice - 1] - timestamp_begin
-            seek_delta = last_timestamp_pos * INPUT_STRIDE
-        return pieces, max(seek_delta, 1)
-    duration = segment_duration
+            seek_delta = (tokens[pairs[-1] - 1] - timestamp_begin) * INPUT_STRIDE
+        closed = [s for s in split_window(tokens, timestamp_begin, duration) if s.closed]
+        return closed, max(seek_delta, 1)
+    end = duration
     timestamps = [t for t in tokens if t >= timestamp_begin]
     if timestamps and timestamps[-1] != timestamp_begin:
-        duration = (timestamps[-1] - timestamp_begin) * TIME_PRECISION
-    if tokens:
-        pieces.append(Piece(0.0, duration, tuple(tokens)))
-    return pieces, segment_size
+        end = (timestamps[-1] - timestamp_begin) * TIME_PRECISION
+    if not tokens:
+        return [], segment_size
+    text = tuple(t for t in tokens if t < timestamp_begin)
+    return [WindowSegment(0.0, end, text, True, tuple(tokens))], segment_size

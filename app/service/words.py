@@ -1,23 +1,19 @@
 """Word timestamps for the segments of one window (`TranscriptionOptions.word_timestamps`).
 
-The engine aligns the window's text tokens (`app.engine.timing`); this hands the words to the
+The engine aligns the window's text tokens (`app.engine.timing`); `segment_words` gives each of
+the window's segments its words (files and live passes), and `add_words` hands them to a file
 window's `Segment`s, whose bounds then follow their words (a word never crosses its segment).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from app.engine.backend import WhisperBackend
-from app.engine.timing import (
-    SegmentWords,
-    WordTiming,
-    align_words,
-    assign_words,
-    frame_levels,
-)
+from app.engine.timing import align_words, assign_words, frame_levels, group_words
 from app.engine.tokenizer import Tokenizer
 from app.service.results import Segment, Word
 
@@ -38,20 +34,27 @@ class WindowAudio:
     pad_to: int | None = None
 
 
-def window_words(
-    backend: WhisperBackend, tokenizer: Tokenizer, window: WindowAudio, text_tokens: list[int]
-) -> list[WordTiming]:
-    """The window's text tokens aligned to its audio (seconds from the window's start)."""
-    return align_words(
+def segment_words(
+    backend: WhisperBackend,
+    tokenizer: Tokenizer,
+    window: WindowAudio,
+    segments: Sequence[Sequence[int]],
+) -> list[list[Word]]:
+    """The text tokens of a window's segments (`segments`: each one's tokens, timestamps
+    ignored) aligned to its audio: each segment's words, seconds from the window's start."""
+    eot = tokenizer.eot
+    text = [[t for t in tokens if t < eot] for tokens in segments]
+    words = align_words(
         backend,
         window.cross,
         tokenizer,
         window.sot_sequence,
         window.language,
-        text_tokens,
+        [t for tokens in text for t in tokens],
         n_frames=window.features.shape[-1] // 2,
         pad_to=window.pad_to,
     )
+    return group_words(words, [len(tokens) for tokens in text])
 
 
 def add_words(
@@ -61,31 +64,30 @@ def add_words(
     window: WindowAudio,
     last_speech: float,
 ) -> tuple[list[Segment], float]:
-    """The window's `segments`, each with its words; and the end of the last speech, for the
+    """A file window's `segments`, each with its words; and the end of the last speech, for the
     next window. A segment's first word starts where its sound does (the window's levels)."""
-    eot = tokenizer.eot
-    holders = [SegmentWords(s.start, s.end, [t for t in s.tokens if t < eot]) for s in segments]
-    text_tokens = [t for h in holders for t in h.text_tokens]
-    timings = window_words(backend, tokenizer, window, text_tokens)
-    levels = frame_levels(window.features)
-    last_speech = assign_words(timings, holders, window.time_offset, last_speech, levels)
+    groups = segment_words(backend, tokenizer, window, [s.tokens for s in segments])
+    placed, last_speech = assign_words(
+        groups, [(s.start, s.end) for s in segments], window.time_offset, last_speech,
+        frame_levels(window.features),
+    )  # fmt: skip
     out = [
         replace(
             segment,
-            start=round(holder.start, 2),  # as its words' (rounding keeps them inside)
-            end=round(holder.end, 2),
+            start=round(start, 2),  # as its words' (rounding keeps them inside)
+            end=round(end, 2),
             words=tuple(
                 Word(
                     round(w.start, 2),
                     round(w.end, 2),
                     w.word,
-                    round(w.probability, 4),
-                    tuple(w.tokens),
+                    round(w.probability or 0.0, 4),
+                    w.tokens,
                     tuple(round(p, 6) for p in w.logprobs),
                 )
-                for w in holder.words
+                for w in words
             ),
         )
-        for segment, holder in zip(segments, holders, strict=True)
+        for segment, (start, end, words) in zip(segments, placed, strict=True)
     ]
     return out, last_speech

@@ -11,10 +11,12 @@ from app.engine.tokenizer import Tokenizer
 from app.runtime.contract import SAMPLE_RATE
 from app.service.live import commits
 from app.service.live.commits import Commits
+from app.service.live.events import PartialText
 from app.service.live.options import StreamingOptions
 from app.service.live.policy import AlignAtt, LocalAgreement
-from app.service.live.units import PassSegment
-from app.service.live.window_pass import Pass, pass_words
+from app.service.live.transcript import Transcript
+from app.service.live.window_pass import Pass, spread_words
+from app.service.windows import WindowSegment
 
 ALIGNATT = StreamingOptions(language="en", vad=None)
 AGREEMENT = StreamingOptions(language="en", vad=None, policy="local_agreement")
@@ -30,19 +32,19 @@ def make_pass(
     """A pass over `seconds` of audio from stream second `start_s`: segments (start, end, text,
     closed) in seconds from the pass start; each word's attention peak is its end, its
     probability 0.9 (0.3 for the words in `unsure`)."""
-    segs = [PassSegment(a, b, tuple(tok.encode(text)), closed) for a, b, text, closed in segments]
+    segs = [WindowSegment(a, b, tuple(tok.encode(text)), closed) for a, b, text, closed in segments]
     words = [
         replace(w, peak=w.end, probability=0.3 if w.key in unsure.split() else 0.9)
-        for w in pass_words(tok, segs, start_s, None)
+        for w in spread_words(tok, segs, start_s, "en")
     ]
     tokens = tuple(t for s in segs for t in s.tokens)
     result = DecodingResult(tokens, tok.decode(tokens), -0.1, -0.5, 0.0, 0.0, 1.0, "en")
     start = round(start_s * SAMPLE_RATE)
-    return Pass(words, segs, start, start + round(seconds * SAMPLE_RATE), result)
+    return Pass(words, segs, start, start + round(seconds * SAMPLE_RATE), result, "en")
 
 
 def texts(words) -> str:
-    return "".join(w.text for w in words).strip()
+    return "".join(w.word for w in words).strip()
 
 
 def test_alignatt_commits_before_the_edge_and_forces_what_it_committed(tiny_tok: Tokenizer) -> None:
@@ -55,7 +57,7 @@ def test_alignatt_commits_before_the_edge_and_forces_what_it_committed(tiny_tok:
     assert state.last is decoded and state.end_s == decoded.words[3].end
     # the next pass repeats the committed words as a forced prefix: the open segment's opening
     # timestamp and their tokens, no closing timestamp; none of them shown as partial again
-    plan = commits.plan(state, tiny_tok)
+    plan = commits.plan(state, tiny_tok, "en")
     assert plan.prefix == (tiny_tok.timestamp_begin, *tiny_tok.encode(" and so my fellow"))
     assert plan.skip == 0
 
@@ -67,6 +69,19 @@ def test_alignatt_commits_before_the_edge_and_forces_what_it_committed(tiny_tok:
     assert texts(state.committed) == "and so my fellow americans"
 
 
+def test_the_partial_leaves_out_the_words_a_pass_repeats_from_the_committed_text(
+    tiny_tok: Tokenizer,
+) -> None:
+    """LocalAgreement decodes committed words again (`Plan.skip` of them): they are counted
+    with the pass's own word split ("so," is one word) and never shown as partial."""
+    events: list[object] = []
+    feed = Transcript(events.append).token_feed(tiny_tok, 2, "en")
+    for token in tiny_tok.encode(" And so, my fellow Americans"):
+        feed(token)
+    partials = [e.text for e in events if isinstance(e, PartialText)]
+    assert partials == [" my", " my fellow", " my fellow Americans"]
+
+
 def test_local_agreement_commits_what_two_passes_read(tiny_tok: Tokenizer) -> None:
     first = make_pass(tiny_tok, [(0.0, 3.0, " and so my fellow", False)], 3.0)
     state, applied = commits.step(Commits(), first, LocalAgreement(), AGREEMENT, tiny_tok)
@@ -74,7 +89,7 @@ def test_local_agreement_commits_what_two_passes_read(tiny_tok: Tokenizer) -> No
     second = make_pass(tiny_tok, [(0.0, 4.0, " and so my fellow americans", False)], 4.0)
     state, applied = commits.step(state, second, LocalAgreement(), AGREEMENT, tiny_tok)
     assert texts(applied.commit) == "and so my fellow" and texts(state.pending) == "americans"
-    assert commits.plan(state, tiny_tok).prefix == ()  # nothing forced: it decodes it again
+    assert commits.plan(state, tiny_tok, "en").prefix == ()  # nothing forced: it decodes it again
 
 
 def test_an_unsure_word_waits_for_the_next_pass(tiny_tok: Tokenizer) -> None:

@@ -6,19 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.engine.words import Word
 from app.service.live.admission import Inbox
 from app.service.live.policy import AlignAtt, LocalAgreement, make_policy
-from app.service.live.units import LiveWord, word_key
 
 
 def words(
     text: str, peaks: list[float | None] | None = None, probs: list[float] | None = None
-) -> list[LiveWord]:
+) -> list[Word]:
     units = text.split()
     peaks = peaks or [None] * len(units)
     probs = probs or [0.9] * len(units)
     return [
-        LiveWord(" " + u, word_key(u), i * 0.3, i * 0.3 + 0.25, 0, peak, p)
+        Word(i * 0.3, i * 0.3 + 0.25, " " + u, p, peak=peak)
         for i, (u, peak, p) in enumerate(zip(units, peaks, probs, strict=True))
     ]
 

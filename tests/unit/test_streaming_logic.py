@@ -1,4 +1,4 @@
-"""The model-free parts of live streaming: word units, segment split, agreement alignment, PCM
+"""The model-free parts of live streaming: segment split, agreement alignment, PCM
 input, the audio buffer and option checks."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 from app.engine.audio import AudioDecodeError
 from app.service.live import PcmInput, StreamingOptions
 from app.service.live.admission import AudioBuffer
-from app.service.live.units import align_committed, split_segments, split_units
+from app.service.live.units import align_committed
+from app.service.windows import split_window
 
 TS = 50363  # timestamp_begin of the English-only vocabulary
 
@@ -18,28 +19,21 @@ def ts(seconds: float) -> int:
     return TS + round(seconds / 0.02)
 
 
-def test_split_units_keeps_spaces_and_punctuation() -> None:
-    text = " And so, my fellow Americans."
-    units = split_units(text)
-    assert units == [" And", " so,", " my", " fellow", " Americans."]
-    assert "".join(units) == text
-    assert split_units("你好 world") == ["你", "好", " world"]
-    assert split_units("   ") == []
-
-
-def test_split_segments_closed_and_open() -> None:
+def test_a_window_splits_into_closed_segments_and_an_open_tail() -> None:
     tokens = [ts(0.0), 1, 2, ts(1.5), ts(1.5), 3, ts(2.4), ts(2.6), 4, 5]
-    segments = split_segments(tokens, TS, duration=3.0)
+    segments = split_window(tokens, TS, duration=3.0)
     assert [(s.start, s.end, s.tokens, s.closed) for s in segments] == [
         (0.0, 1.5, (1, 2), True),
         (1.5, 2.4, (3,), True),
         (2.6, 3.0, (4, 5), False),
     ]
     # a timestamp past the audio is clamped to its duration
-    late = split_segments([ts(0.0), 7, ts(29.0)], TS, duration=4.0)
+    assert segments[0].decoded == (ts(0.0), 1, 2, ts(1.5))  # as decoded, timestamps included
+    assert segments[2].decoded == (ts(2.6), 4, 5)
+    late = split_window([ts(0.0), 7, ts(29.0)], TS, duration=4.0)
     assert late[0].end == 4.0
-    assert split_segments([], TS, 1.0) == []
-    assert split_segments([7, 8], TS, 2.0)[0].start == 0.0  # no timestamps at all
+    assert split_window([], TS, 1.0) == []
+    assert split_window([7, 8], TS, 2.0)[0].start == 0.0  # no timestamps at all
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 
 from app.engine.timing import (
-    SegmentWords,
-    WordTiming,
     assign_words,
     dtw,
     frame_levels,
@@ -20,6 +18,7 @@ from app.engine.timing import (
     words_of_window,
 )
 from app.engine.tokenizer import Tokenizer
+from app.engine.words import Word, split_words
 from tests.conftest import model_dir
 
 
@@ -114,6 +113,28 @@ def test_words_of_window_spell_the_text_with_punctuation_merged(tok: Tokenizer) 
     assert words[0].probability == pytest.approx(0.5)
 
 
+def test_the_one_word_split_gives_the_aligners_words(tok: Tokenizer) -> None:
+    """Live passes compare committed text with this split: the same words as the aligner's,
+    spaces and punctuation kept, untimed."""
+    text = ' He said, "ask not." And so, my fellow Americans.'
+    tokens = tok.encode(text)
+    split = split_words(tok, tokens, "en")
+    timed = _window_words(tok, text, [10 + 10 * i for i in range(len(tokens) + 1)])
+    assert [w.word for w in split] == [w.word for w in timed]
+    assert [w.tokens for w in split] == [w.tokens for w in timed]
+    assert "".join(w.word for w in split) == text
+    assert [w.key for w in split[:4]] == ["he", "said", "ask", "not"]
+    assert all(w.probability is None and w.peak is None for w in split)
+    assert split_words(tok, [], "en") == []
+
+
+def test_the_word_split_cuts_languages_without_spaces_at_whole_characters() -> None:
+    tok = Tokenizer.from_folder(model_dir("base"))
+    tokens = tok.encode("我们今天开会。")
+    assert [w.word for w in split_words(tok, tokens, "zh")] == ["我们", "今天", "开", "会。"]
+    assert [w.word for w in split_words(tok, tokens, "en")] == ["我们今天开会。"]
+
+
 def test_words_start_where_their_tokens_are_attended(tok: Tokenizer) -> None:
     """The row of token i-1 looks where token i is said: word k starts at the frame its
     predecessor's row enters (the first at the path's start), 20 ms per frame."""
@@ -124,30 +145,32 @@ def test_words_start_where_their_tokens_are_attended(tok: Tokenizer) -> None:
 
 def test_assign_words_keeps_each_word_inside_its_segment() -> None:
     words = [
-        WordTiming(" a", [1], 0.0, 0.3, 1.0),
-        WordTiming(" b", [2], 0.3, 3.0, 1.0),  # ran on into the pause after it
-        WordTiming(" c", [3], 5.0, 5.4, 1.0),
+        Word(0.0, 0.3, " a", 1.0, (1,)),
+        Word(0.3, 3.0, " b", 1.0, (2,)),  # ran on into the pause after it
+        Word(5.0, 5.4, " c", 1.0, (3,)),
     ]
-    segments = [SegmentWords(10.0, 10.6, [1, 2]), SegmentWords(15.0, 15.4, [3])]
-    last = assign_words(words, segments, time_offset=10.0, last_speech=9.9)
-    assert [[w.word for w in s.words] for s in segments] == [[" a", " b"], [" c"]]
+    groups = group_words(words, [2, 1])
+    segments, last = assign_words(
+        groups, [(10.0, 10.6), (15.0, 15.4)], time_offset=10.0, last_speech=9.9
+    )
+    assert [[w.word for w in placed] for _, _, placed in segments] == [[" a", " b"], [" c"]]
     # pulled back to the segment's end timestamp, plus at least a median word (0.4 s)
-    assert segments[0].words[1].end == pytest.approx(10.7)
-    for s in segments:
-        assert s.start <= s.words[0].start and s.words[-1].end <= s.end
-    assert last == segments[-1].end == 15.4
+    assert segments[0][2][1].end == pytest.approx(10.7)
+    for start, end, placed in segments:
+        assert start <= placed[0].start and placed[-1].end <= end
+    assert last == segments[-1][1] == 15.4
+    assert words[1].end == 3.0  # the window's words are left as they were
 
 
 def test_a_word_starts_where_the_sound_does() -> None:
     levels = np.full(100, -60.0)
     levels[30:40] = -5.0  # the word's sound, 0.6-0.8 s
     levels[60:70] = -8.0
-    words = [WordTiming(" a", [1], 0.0, 0.8, 1.0), WordTiming(" b", [2], 0.8, 1.4, 1.0)]
-    start_at_speech(words, levels)
-    assert [w.start for w in words] == [pytest.approx(0.6), pytest.approx(1.2)]
-    quiet_lead = [WordTiming(" c", [3], 0.56, 0.8, 1.0)]  # 80 ms of silence first: kept
-    start_at_speech(quiet_lead, levels)
-    assert quiet_lead[0].start == 0.56
+    words = [Word(0.0, 0.8, " a", 1.0, (1,)), Word(0.8, 1.4, " b", 1.0, (2,))]
+    moved = start_at_speech(words, levels)
+    assert [w.start for w in moved] == [pytest.approx(0.6), pytest.approx(1.2)]
+    quiet_lead = [Word(0.56, 0.8, " c", 1.0, (3,))]  # 80 ms of silence first: kept
+    assert start_at_speech(quiet_lead, levels) == quiet_lead
 
 
 def test_frame_levels_follow_loudness() -> None:
@@ -160,10 +183,10 @@ def test_frame_levels_follow_loudness() -> None:
 
 def test_group_words_splits_a_windows_words_among_its_segments() -> None:
     words = [
-        WordTiming(" a", [1, 2], 0, 1, 1.0),
-        WordTiming(" b", [3], 1, 2, 1.0),
-        WordTiming(" c", [4], 2, 3, 1.0),
-        WordTiming(" d", [5, 6], 3, 4, 1.0),
+        Word(0, 1, " a", 1.0, (1, 2)),
+        Word(1, 2, " b", 1.0, (3,)),
+        Word(2, 3, " c", 1.0, (4,)),
+        Word(3, 4, " d", 1.0, (5, 6)),
     ]
     names = [[w.word for w in g] for g in group_words(words, [3, 1, 2])]
     assert names == [[" a", " b"], [" c"], [" d"]]

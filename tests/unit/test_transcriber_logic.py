@@ -11,7 +11,7 @@ from app.engine.decoding_types import DecodingOptions, compression_ratio
 from app.service import formats
 from app.service.results import Segment, TranscriptionInfo
 from app.service.transcriber import TranscriptionOptions
-from app.service.windows import split_by_timestamps
+from app.service.windows import file_segments
 
 TS = 50363  # <|0.00|> of the English-only models
 WINDOW = 3000  # mel frames
@@ -23,34 +23,34 @@ def ts(seconds: float) -> int:
 
 def test_pairs_split_segments_and_seek_to_the_last_pair():
     tokens = [ts(0), 1, 2, ts(2.5), ts(2.5), 3, 4, ts(5.0), ts(5.0), 5, 6]  # unfinished tail
-    pieces, seek = split_by_timestamps(tokens, TS, WINDOW, 30.0)
+    pieces, seek = file_segments(tokens, TS, WINDOW, 30.0)
     assert [(p.start, p.end) for p in pieces] == [(0.0, 2.5), (2.5, 5.0)]
-    assert pieces[0].tokens == (ts(0), 1, 2, ts(2.5))
+    assert pieces[0].decoded == (ts(0), 1, 2, ts(2.5))
     assert seek == 500  # 5.0 s = 500 mel frames: the tail is decoded again from there
 
 
 def test_single_timestamp_ending_consumes_the_window():
     tokens = [ts(0), 1, 2, ts(2.5), ts(2.5), 3, ts(4.0)]
-    pieces, seek = split_by_timestamps(tokens, TS, WINDOW, 30.0)
+    pieces, seek = file_segments(tokens, TS, WINDOW, 30.0)
     assert [(p.start, p.end) for p in pieces] == [(0.0, 2.5), (2.5, 4.0)]
     assert seek == WINDOW
 
 
 def test_no_pair_is_one_segment_up_to_the_last_timestamp():
-    pieces, seek = split_by_timestamps([ts(0), 1, 2, ts(7.0)], TS, WINDOW, 30.0)
+    pieces, seek = file_segments([ts(0), 1, 2, ts(7.0)], TS, WINDOW, 30.0)
     assert [(p.start, p.end) for p in pieces] == [(0.0, 7.0)]
     assert seek == WINDOW
     # no timestamps at all (without_timestamps): the whole (short) window
-    pieces, seek = split_by_timestamps([1, 2, 3], TS, 1200, 12.0)
-    assert [(p.start, p.end, p.tokens) for p in pieces] == [(0.0, 12.0, (1, 2, 3))]
+    pieces, seek = file_segments([1, 2, 3], TS, 1200, 12.0)
+    assert [(p.start, p.end, p.decoded) for p in pieces] == [(0.0, 12.0, (1, 2, 3))]
     assert seek == 1200
-    pieces, seek = split_by_timestamps([], TS, 1200, 12.0)
+    pieces, seek = file_segments([], TS, 1200, 12.0)
     assert pieces == [] and seek == 1200
 
 
 def test_seek_always_advances():
     for tokens in ([ts(0), ts(0)], [ts(0), 1, ts(0.02), ts(0.02)]):
-        _, seek = split_by_timestamps(tokens, TS, WINDOW, 30.0)
+        _, seek = file_segments(tokens, TS, WINDOW, 30.0)
         assert seek >= 1
 
 

@@ -20,11 +20,13 @@ import logging
 from dataclasses import dataclass, replace
 
 from app.engine.tokenizer import Tokenizer
+from app.engine.words import Word, split_words
 from app.runtime.contract import SAMPLE_RATE, TIME_PRECISION
 from app.service.live.options import WINDOW_S, StreamingOptions
 from app.service.live.policy import CommitPolicy, LocalAgreement, unsure
-from app.service.live.units import LiveWord, PassSegment, align_committed, split_units
+from app.service.live.units import align_committed
 from app.service.live.window_pass import Pass
+from app.service.windows import WindowSegment
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,10 @@ class Commits:
     text ends; last: the last pass, while the buffer is unchanged since.
     """
 
-    committed: tuple[LiveWord, ...] = ()
-    pending: tuple[LiveWord, ...] = ()
-    prefix: tuple[PassSegment, ...] = ()
-    recent: tuple[LiveWord, ...] = ()
+    committed: tuple[Word, ...] = ()
+    pending: tuple[Word, ...] = ()
+    prefix: tuple[WindowSegment, ...] = ()
+    recent: tuple[Word, ...] = ()
     end_s: float = 0.0
     last: Pass | None = None
 
@@ -81,21 +83,22 @@ class Applied:
     before absolute sample `cut` (and close the segment there); show `partial` (None: leave
     it). stalled: the cut is where the decoder stopped early (the rest is decoded again)."""
 
-    commit: tuple[LiveWord, ...] = ()
+    commit: tuple[Word, ...] = ()
     cut: int | None = None
-    partial: tuple[LiveWord, ...] | None = None
+    partial: tuple[Word, ...] | None = None
     stalled: bool = False
 
 
-def plan(state: Commits, tokenizer: Tokenizer) -> Plan:
-    """The forced prefix of the next pass (closed committed segments with their timestamps)."""
+def plan(state: Commits, tokenizer: Tokenizer, language: str | None) -> Plan:
+    """The forced prefix of the next pass (closed committed segments with their timestamps;
+    `language`: the stream's, for its word split)."""
     tokens: list[int] = []
     n_words = 0
     for seg in state.prefix:
         start = tokenizer.timestamp_begin + round(seg.start / TIME_PRECISION)
         end = tokenizer.timestamp_begin + round(seg.end / TIME_PRECISION)
         tokens += [start, *seg.tokens, end] if seg.closed else [start, *seg.tokens]
-        n_words += len(split_units(tokenizer.decode(seg.tokens)))
+        n_words += len(split_words(tokenizer, seg.tokens, language))
     return Plan(tuple(tokens), max(len(state.committed) - n_words, 0))
 
 
@@ -129,7 +132,7 @@ def _skip_repeats(state: Commits, decoded: Pass, k: int) -> int:
         and hyp[0].key == recent[-1].key
         and hyp[0].start - decoded.start / SAMPLE_RATE < CUT_REPEAT_S
     ):
-        log.debug("skipped %r repeated after the buffer cut", hyp[0].text)
+        log.debug("skipped %r repeated after the buffer cut", hyp[0].word)
         return 1
     return k
 
@@ -154,7 +157,7 @@ def likelier(state: Commits, a: Pass, b: Pass) -> Pass:
     return b if least(b) > least(a) else a
 
 
-def _with_committed(state: Commits, words: tuple[LiveWord, ...]) -> Commits:
+def _with_committed(state: Commits, words: tuple[Word, ...]) -> Commits:
     """`words` are sent as committed: remembered as the recent ones, the text's end moved."""
     if not words:
         return state
@@ -163,7 +166,7 @@ def _with_committed(state: Commits, words: tuple[LiveWord, ...]) -> Commits:
 
 
 def _commit_and_cut(
-    state: Commits, words: tuple[LiveWord, ...], decoded: Pass, cut: int
+    state: Commits, words: tuple[Word, ...], decoded: Pass, cut: int
 ) -> tuple[Commits, Applied]:
     """Commit `words` and start afresh at absolute sample `cut`: no context, the audio before it
     dropped; the next pass decodes what follows."""
@@ -299,7 +302,7 @@ def settle(
         if final_end_s is not None and final_end_s - last.end <= FINAL_END_SLACK_S:
             if not reread_last:
                 end = max(last.end, min(final_end_s, WINDOW_S))
-                segments[-1] = PassSegment(last.start, end, last.tokens, True)
+                segments[-1] = replace(last, end=end)
                 limit = len(segments)
         elif min(audio_s, final_end_s or audio_s) - last.end >= STALL_S:
             limit = len(segments)
@@ -337,7 +340,7 @@ def settle(
     return state, cut, stalled
 
 
-def _trails_off(tokenizer: Tokenizer, segment: PassSegment) -> bool:
+def _trails_off(tokenizer: Tokenizer, segment: WindowSegment) -> bool:
     """The segment's text does not end a sentence, or ends in an ellipsis: Whisper's sign that
     the speech goes on past its audio."""
     text = tokenizer.decode(segment.tokens).rstrip()
@@ -346,7 +349,7 @@ def _trails_off(tokenizer: Tokenizer, segment: PassSegment) -> bool:
 
 def _committed_part(
     decoded: Pass, done: int, index: int, options: StreamingOptions, tokenizer: Tokenizer
-) -> tuple[PassSegment, ...]:
+) -> tuple[WindowSegment, ...]:
     """AlignAtt: segment `index` (still open, or not fully committed) with only the tokens of
     its committed words (hyp[:done]); none when it holds none or the policy waits for agreement
     (LocalAgreement re-decodes it)."""
@@ -355,12 +358,11 @@ def _committed_part(
     count = sum(1 for w in decoded.words[:done] if w.segment == index)
     if count == 0:
         return ()
-    tokens, decode = decoded.segments[index].tokens, tokenizer.decode
-    n = 0  # the tokens of its first `count` words, with what joins the last of them
-    while n < len(tokens) and len(split_units(decode(tokens[: n + 1]))) <= count:
-        n += 1
+    tokens = decoded.segments[index].tokens
+    words = split_words(tokenizer, tokens, decoded.language)[:count]  # with what joins them
+    n = sum(len(w.tokens) for w in words)
     start = decoded.segments[index].start
-    return (PassSegment(start, start, tokens[:n], False),)
+    return (WindowSegment(start, start, tokens[:n], False),)
 
 
 def closed_words(decoded: Pass) -> int:

@@ -25,21 +25,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.service.live.units import LiveWord
+from app.engine.words import Word
 
 SURE = 0.5  # a word read with a lower probability is unsure (see AlignAtt)
 
 
-def unsure(word: LiveWord, sure: float = SURE) -> bool:
+def unsure(word: Word, sure: float = SURE) -> bool:
     return word.probability is not None and word.probability < sure
 
 
 class CommitPolicy(Protocol):
     """How many of a pass's new words to commit."""
 
-    def commit_count(
-        self, new: Sequence[LiveWord], pending: Sequence[LiveWord], audio_end_s: float
-    ) -> int:
+    def commit_count(self, new: Sequence[Word], pending: Sequence[Word], audio_end_s: float) -> int:
         """new: the pass's words after the committed ones; pending: the previous pass's
         uncommitted words; audio_end_s: stream seconds where the pass's audio ends."""
         ...
@@ -49,9 +47,7 @@ class CommitPolicy(Protocol):
 class LocalAgreement:
     """Commit what two consecutive passes agree on (word keys, from the first new word)."""
 
-    def commit_count(
-        self, new: Sequence[LiveWord], pending: Sequence[LiveWord], audio_end_s: float
-    ) -> int:
+    def commit_count(self, new: Sequence[Word], pending: Sequence[Word], audio_end_s: float) -> int:
         agreed = 0
         for a, b in zip(new, pending, strict=False):
             if a.key != b.key:
@@ -75,9 +71,7 @@ class AlignAtt:
         if not 0 <= self.sure <= 1:
             raise ValueError(f"sure must be in [0, 1], got {self.sure}")
 
-    def commit_count(
-        self, new: Sequence[LiveWord], pending: Sequence[LiveWord], audio_end_s: float
-    ) -> int:
+    def commit_count(self, new: Sequence[Word], pending: Sequence[Word], audio_end_s: float) -> int:
         limit = audio_end_s - self.edge_s
         agreed = LocalAgreement().commit_count(new, pending, audio_end_s)
         for i, word in enumerate(new[:-1]):

@@ -351,12 +351,13 @@ class StreamingSession:
     def _run_pass(self, audio: np.ndarray, cancel: threading.Event | None) -> Pass:
         """Decode the buffer's audio (up to some end); the committed closed segments are forced
         as a prefix (not decoded again)."""
-        plan = commits.plan(self.commits, self.tokenizer)
+        language = self.passes.language  # the stream's word split is its language's
+        plan = commits.plan(self.commits, self.tokenizer, language)
         request = PassRequest(audio, self._buf.start, self._prompt + self._committed_prompt(),
                               plan.prefix)  # fmt: skip
         with self._decode:
             decoded = self.passes.run(
-                request, self.transcript.token_feed(self.tokenizer, plan.skip), cancel
+                request, self.transcript.token_feed(self.tokenizer, plan.skip, language), cancel
             )
         log.debug("pass over %.2f s took %.0f ms", decoded.seconds, 1e3 * self._decode.last)
         self._passes += 1

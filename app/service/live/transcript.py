@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from app.engine.tokenizer import Tokenizer
+from app.engine.words import Word, split_words
 from app.service.live.events import CommittedText, PartialText, StreamEvent, StreamSegment
-from app.service.live.units import LiveWord, is_cjk, split_units
+from app.service.live.units import is_cjk
 
 
 class Transcript:
@@ -20,7 +21,7 @@ class Transcript:
         self._end = 0.0  # stream seconds where the committed text ends (event times)
         self.n_words = 0
         self._text: list[str] = []
-        self._segment_words: list[LiveWord] = []  # committed since the last StreamSegment
+        self._segment_words: list[Word] = []  # committed since the last StreamSegment
         self._segment_id = 0
         self._partial = ""
 
@@ -36,10 +37,10 @@ class Transcript:
     def tail(self, chars: int) -> str:
         return "".join(self._text)[-chars:]
 
-    def commit(self, words: Sequence[LiveWord]) -> None:
+    def commit(self, words: Sequence[Word]) -> None:
         if not words:
             return
-        text = "".join(w.text for w in words)
+        text = "".join(w.word for w in words)
         if not self._text:
             text = text.lstrip()
         elif not text[:1].isspace() and not is_cjk(text[:1]):
@@ -56,7 +57,7 @@ class Transcript:
         if not self._segment_words:
             return
         words = self._segment_words
-        text = "".join(w.text for w in words).strip()
+        text = "".join(w.word for w in words).strip()
         start = round(words[0].start, 3)
         end = round(max(words[-1].end, words[0].start), 3)
         self.on_event(StreamSegment(self._segment_id, start, end, text))
@@ -68,23 +69,32 @@ class Transcript:
             self._partial = text
             self.on_event(PartialText(text))
 
-    def partial_words(self, words: Sequence[LiveWord]) -> None:
-        self.partial("".join(w.text for w in words))
+    def partial_words(self, words: Sequence[Word]) -> None:
+        self.partial("".join(w.word for w in words))
 
-    def token_feed(self, tokenizer: Tokenizer, skip: int) -> Callable[[int], None]:
+    def token_feed(
+        self, tokenizer: Tokenizer, skip: int, language: str | None
+    ) -> Callable[[int], None]:
         """on_token for a pass: the partial is the text decoded so far, minus its first `skip`
-        words (committed already)."""
+        words (committed already; the stream's word split, `language`'s)."""
         tokens: list[int] = []
+        shown_from: int | None = None if skip else 0  # where the shown text starts (characters)
 
         def on_token(token: int) -> None:
+            nonlocal shown_from
             if token >= tokenizer.eot:
                 return
             tokens.append(token)
             text = tokenizer.decode(tokens)
             if text.endswith("\ufffd"):
                 return
-            units = split_units(text)
-            if len(units) > skip:
-                self.partial("".join(units[skip:]))
+            if shown_from is None:  # split until the words to skip are behind (then it stays)
+                words = split_words(tokenizer, tokens, language)
+                if len(words) <= skip:
+                    return
+                shown_from = sum(len(w.word) for w in words[:skip])
+            shown = text[shown_from:].rstrip()
+            if shown.strip():
+                self.partial(shown)
 
         return on_token

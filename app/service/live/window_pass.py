@@ -1,12 +1,13 @@
 """One live pass: the buffer's audio through the window pipeline, as timed words.
 
-The same steps as a file's window (`app.service.windows.encode_window`, `app.service.words`):
-log-mel of the audio (1 s of zeros after it gives the frames the file path gets from its
-appended 30 s), one encoder call, greedy decoding with timestamps after the forced prefix of
-committed segments, then — when the session needs them — the alignment heads' attention for word
-times and AlignAtt's peaks. A pass judged silent (Whisper's no-speech probability with a low
-average log-prob or a text too long for its audio, and nothing forced:
-`app.service.windows.judged_silent`) or caught in a repetition loop gives no words.
+The same steps as a file's window (`app.service.windows`, `app.service.words`): log-mel of the
+audio (1 s of zeros after it gives the frames the file path gets from its appended 30 s), one
+encoder call, greedy decoding with timestamps after the forced prefix of committed segments, the
+cut into `WindowSegment`s (`split_window`), then the words (`Word`): aligned — the alignment
+heads' attention for word times and AlignAtt's peaks — when the session needs them, else the
+one word split (`split_words`) spread over each segment. A pass judged silent (Whisper's
+no-speech probability with a low average log-prob or a text too long for its audio, and nothing
+forced: `app.service.windows.judged_silent`) or caught in a repetition loop gives no words.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,27 +23,29 @@ from app.engine.audio import lift_quiet
 from app.engine.decoding import DecodingTask
 from app.engine.decoding_types import DecodingCancelled, DecodingOptions, DecodingResult
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
-from app.engine.timing import TextClock, frame_levels, group_words, start_at_speech
+from app.engine.timing import frame_levels, start_at_speech
 from app.engine.tokenizer import Tokenizer
+from app.engine.words import Word, split_words
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.live.options import StreamingOptions
-from app.service.live.units import LiveWord, PassSegment, split_segments, split_units, word_key
 from app.service.transcriber import Transcriber, TranscriptionCancelled
-from app.service.windows import encode_window, judged_silent
-from app.service.words import WindowAudio, window_words
+from app.service.windows import WindowSegment, encode_window, judged_silent, split_window
+from app.service.words import WindowAudio, segment_words
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Pass:
-    """What one pass decoded: words (stream seconds) and segments (seconds from `start`)."""
+    """What one pass decoded: words (stream seconds; `Word.segment` indexes `segments`) and
+    segments (seconds from `start`); language: the one its words were split in."""
 
-    words: list[LiveWord]
-    segments: list[PassSegment]
+    words: list[Word]
+    segments: list[WindowSegment]
     start: int  # absolute sample of the decoded audio's start
     end: int
     result: DecodingResult | None  # None: the audio held no speech
+    language: str | None = None
 
     @property
     def usable(self) -> bool:
@@ -120,60 +123,59 @@ class PassRunner:
                 duration, "looped" if result.looped else "no speech",
                 result.no_speech_prob, result.avg_logprob,
             )  # fmt: skip
-            return Pass([], [], start, end, None if silent else result)
-        segments = split_segments((*prefix, *result.tokens), tok.timestamp_begin, duration)
-        clock = None
+            return Pass([], [], start, end, None if silent else result, self.language)
+        segments = split_window((*prefix, *result.tokens), tok.timestamp_begin, duration)
+        offset_s = start / SAMPLE_RATE
         if self.options.aligned:
             window = WindowAudio(
                 cross, features, 0.0, tuple(tok.sot_sequence(self.language, self.options.task)),
                 self.language,
             )  # fmt: skip
-            timed = window_words(sessions, tok, window, [t for s in segments for t in s.tokens])
-            groups = group_words(timed, [len(s.tokens) for s in segments])
-            start_at_speech([group[0] for group in groups if group], frame_levels(features))
-            clock = TextClock(timed)
-        words = pass_words(tok, segments, start / SAMPLE_RATE, clock)
+            groups = segment_words(sessions, tok, window, [s.tokens for s in segments])
+            words = aligned_words(groups, frame_levels(features), offset_s)
+        else:
+            words = spread_words(tok, segments, offset_s, self.language)
         log.debug(
             "pass over %.2f s: prefix %d tokens, %d new, %d segments, %d words",
             duration, len(prefix), len(result.tokens), len(segments), len(words),
         )  # fmt: skip
-        return Pass(words, segments, start, end, result)
+        return Pass(words, segments, start, end, result, self.language)
 
 
-def pass_words(
-    tokenizer: Tokenizer, segments: list[PassSegment], offset_s: float, clock: TextClock | None
-) -> list[LiveWord]:
-    """Words of every segment (`offset_s`: stream seconds of the pass's start), timed by
-    `clock` (measured, over the segments' joined text) or else spread over their segment by
-    character count."""
-    texts = [tokenizer.decode(seg.tokens) for seg in segments]
-    if clock is not None and clock.text != "".join(texts):
-        log.warning("aligned words do not spell the pass's text; word times estimated")
-        clock = None
-    words: list[LiveWord] = []
-    char = 0  # where this segment's text starts in the joined text
-    for index, (seg, text) in enumerate(zip(segments, texts, strict=True)):
-        units = split_units(text)
-        total = sum(len(u.strip()) for u in units) or 1
+def aligned_words(groups: list[list[Word]], levels: np.ndarray, offset_s: float) -> list[Word]:
+    """A pass's words from each segment's aligned words (seconds from the pass's start): each
+    segment's first word starts where its sound does; times in stream seconds (`offset_s`: the
+    pass's start)."""
+    words: list[Word] = []
+    for index, group in enumerate(groups):
+        for word in start_at_speech(group[:1], levels) + group[1:]:
+            words.append(
+                replace(
+                    word,
+                    start=offset_s + word.start,
+                    end=offset_s + word.end,
+                    peak=None if word.peak is None else offset_s + word.peak,
+                    segment=index,
+                )
+            )
+    return words
+
+
+def spread_words(
+    tokenizer: Tokenizer, segments: list[WindowSegment], offset_s: float, language: str | None
+) -> list[Word]:
+    """A pass's words without alignment: each segment's words spread over it by character
+    count (`offset_s`: stream seconds of the pass's start); no probability, no peak."""
+    words: list[Word] = []
+    for index, seg in enumerate(segments):
+        split = split_words(tokenizer, seg.tokens, language)
+        total = sum(len(w.word.strip()) for w in split) or 1
         span = seg.end - seg.start
         done = 0
-        at = 0  # where the unit is in this segment's text
-        for unit in units:
-            size = len(unit.strip())
-            at = text.index(unit, at)
-            peak = probability = None
-            if clock is not None:
-                first = char + at + len(unit) - len(unit.lstrip())
-                last = char + at + len(unit.rstrip()) - 1
-                begin, finish = clock.span(first, last)
-                begin, finish = offset_s + begin, offset_s + finish
-                peak = offset_s + clock.peak(first, last)
-                probability = clock.probability(first, last)
-            else:
-                begin = offset_s + seg.start + span * done / total
-                finish = offset_s + seg.start + span * (done + size) / total
+        for word in split:
+            size = len(word.word.strip())
+            begin = offset_s + seg.start + span * done / total
+            finish = offset_s + seg.start + span * (done + size) / total
             done += size
-            at += len(unit)
-            words.append(LiveWord(unit, word_key(unit), begin, finish, index, peak, probability))
-        char += len(text)
+            words.append(replace(word, start=begin, end=finish, segment=index))
     return words
