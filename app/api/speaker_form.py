@@ -5,7 +5,8 @@ Diarization runs for `response_format=diarized_json`, for the model `gpt-4o-tran
 (the default model with speakers) and for `diarize=true` (speakers on verbose_json, srt and vtt).
 Known speakers come as `known_speaker_names[]` with as many `known_speaker_references[]`, each a
 data URL of a 2-10 s clip in any upload format. `chunking_strategy` ("auto" or a server_vad
-object) is accepted and checked: this server always cuts long audio at silences itself.
+object) is accepted and checked: this server always cuts long audio at silences itself. With the
+setting STT_DIARIZATION off, a request asking for speakers is a 403 naming it.
 """
 
 from __future__ import annotations

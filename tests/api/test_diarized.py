@@ -1,6 +1,6 @@
 """Who said what, through the official `openai` SDK on the live server (issue 33).
 
-The conversation is made from the repository's LibriSpeech clips (`tests/api/conversation.py`:
+The conversation is made from the repository's LibriSpeech clips (`tests/conversation.py`:
 speaker 1089, speaker 2412, speaker 1089 again). Known speakers are named by a reference clip from
 another of 1089's utterances.
 """
@@ -23,9 +23,9 @@ from tests.api.conftest import (
     start_server,
     stop_server,
 )
-from tests.api.conversation import GAP_S, RATE, Conversation, read_clip, two_speakers, wav_bytes
 from tests.api.subtitles import parse_vtt
 from tests.conftest import AUDIO
+from tests.conversation import GAP_S, RATE, Conversation, read_clip, two_speakers, wav_bytes
 
 pytestmark = pytest.mark.timeout(300)
 

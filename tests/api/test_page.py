@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.api.conftest import JFK_WAV, LiveServer, normalise
-from tests.api.conversation import two_speakers
 from tests.conftest import REPO
+from tests.conversation import two_speakers
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "tests" / "artifacts"

@@ -7,10 +7,8 @@ import json
 import subprocess
 import sys
 
-import numpy as np
-import soundfile as sf
-
 from tests.conftest import AUDIO, MODELS_DIR, REPO, model_dir
+from tests.conversation import two_speakers
 from tests.engine.conftest import JFK, REFERENCES, normalise
 
 
@@ -74,14 +72,9 @@ def test_cli_reports_a_bad_file(tmp_path):
 
 
 def _conversation(folder) -> str:
-    """LibriSpeech speaker 1089, then 2412, then 1089 again, 0.6 s apart, as one wav."""
-    parts = ("1089-134686-0001.flac", "2412-153948-0000.flac", "1089-134691-0000.flac")
-    gap = np.zeros(int(0.6 * 16000), np.float32)
-    audio = np.concatenate(
-        [x for name in parts for x in (sf.read(AUDIO / name, dtype="float32")[0], gap)]
-    )
+    """The two-speaker conversation of `tests/conversation.py` as a wav file."""
     path = folder / "talk.wav"
-    sf.write(path, audio, 16000)
+    path.write_bytes(two_speakers().wav)
     return str(path)
 
 
