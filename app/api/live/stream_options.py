@@ -17,6 +17,7 @@ from app.config import Settings
 from app.service.jobs import TranscriptionJob
 from app.service.live import StreamingOptions, VadOptions
 from app.service.live.options import LiveDefaults
+from app.service.live.utterance import PAUSE_S
 from app.service.options import TranscriptionOptions, model_language
 from app.service.registry import LoadedModel
 
@@ -89,8 +90,10 @@ def wyoming_options(
     model: LoadedModel, language: str | None, defaults: LiveDefaults
 ) -> tuple[StreamingOptions, TranscriptionJob]:
     """A Wyoming utterance on `model` in `language` (as `transcribe` named it; None = detect):
-    the live session's options (for the transcript chunks) and the whole-utterance job (the
+    the live session's options (for the transcript chunks; its VAD, when on, watches for the
+    `PAUSE_S` pause that starts the whole pass early) and the whole-utterance job (the
     transcript: greedy, the server's defences)."""
     code = model_language(model.name, model.multilingual, language)
     job_options = replace(model.base_options, language=code, beam_size=WYOMING_BEAM_SIZE)
-    return defaults.options(language=code), TranscriptionJob(b"", job_options)
+    session = defaults.options(language=code, pause_s=PAUSE_S)
+    return session, TranscriptionJob(b"", job_options)

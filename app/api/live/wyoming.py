@@ -60,6 +60,7 @@ from app.service.live import (
     LiveRunner,
     Outbox,
     StreamEvent,
+    VoiceActivity,
     ending,
 )
 from app.service.live.utterance import Utterance
@@ -258,7 +259,7 @@ class SttHandler:
             deps.admission.close()
             raise
         runner = host.start(model, options, pcm, lambda e: self._on_event(runner, e))
-        utterance = Utterance(runner, model, host.pool, deps.vad, job, FINAL_PASS_MAX_S)
+        utterance = Utterance(runner, model, host.pool, job, FINAL_PASS_MAX_S)
         self.current = _InFlight(deps, pcm, utterance)
         self.outbox.put(TranscriptStart(language=job.options.language or None).event())
 
@@ -295,10 +296,14 @@ class SttHandler:
 
     # ---- output ---------------------------------------------------------------------------
     def _on_event(self, runner: LiveRunner, event: StreamEvent) -> None:
-        """A live session's event: committed words go out as transcript chunks."""
+        """A live session's event: committed words go out as transcript chunks; what its VAD
+        hears goes to the utterance (its early pass)."""
         current = self.current
-        live = current is not None and current.utterance.runner is runner  # not an ended one
-        if live and isinstance(event, CommittedText) and event.text.strip():
+        if current is None or current.utterance.runner is not runner:  # an ended one
+            return
+        if isinstance(event, VoiceActivity):
+            current.utterance.voice(event)
+        elif isinstance(event, CommittedText) and event.text.strip():
             self.outbox.put(TranscriptChunk(text=event.text).event())
 
     async def _send(self) -> None:

@@ -19,6 +19,7 @@ from app.service.live.events import (
     StreamEvent,
     StreamSegment,
     StreamStats,
+    VoiceActivity,
 )
 from app.service.live.host import Admission, LiveHost, Outbox, ending
 from app.service.live.options import POLICIES, StreamingOptions
@@ -50,5 +51,6 @@ __all__ = [
     "StreamingOptions",
     "StreamingSession",
     "VadOptions",
+    "VoiceActivity",
     "ending",
 ]

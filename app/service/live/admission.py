@@ -5,6 +5,10 @@ time, through the VAD); it also carries the client's marks — "finalize everyth
 here" (flush) and "forget everything received up to here" (clear) — so that they apply in order
 with the audio, whatever thread the client's messages arrive on.
 
+`Hearing`: the session's VAD over the audio as it arrives, ahead of admission (while a pass
+decodes): the speech events are known when the audio is heard, and admission applies each when it
+reaches the sample where it was decided.
+
 `AudioBuffer`: the contiguous audio a pass decodes (at most one 30 s window), addressed by
 absolute sample numbers of the stream.
 """
@@ -15,6 +19,8 @@ import threading
 from collections import deque
 
 import numpy as np
+
+from app.engine.vad import CHUNK_SAMPLES, SileroVad, VadEvent, VadOptions, VadStream
 
 
 class Inbox:
@@ -109,6 +115,78 @@ class Inbox:
     @property
     def pending_marks(self) -> bool:
         return bool(self._flushes) or self._clear_at is not None
+
+
+class Hearing:
+    """The session's VAD, run over the audio in the order it was received (`put`, `restart`
+    by the one appender, before the inbox gets the audio; `listen` from any thread).
+
+    `listen` hears what was put since it last ran and returns the new events; each is kept with
+    the sample where it was decided (the end of the 32 ms chunk that decided it) until admission
+        reaches that sample (`decided`). A clear restarts the VAD where the stream goes on
+    (`restart` when asked, `forget` when the session drops the audio)."""
+
+    def __init__(self, vad: SileroVad, options: VadOptions, pause_s: float | None) -> None:
+        self._vad, self._options, self._pause_s = vad, options, pause_s
+        self._stream = self._new(0)
+        self._unheard: deque[np.ndarray | int] = deque()  # audio, or where a restart goes on
+        self._decided: deque[tuple[int, VadEvent]] = deque()
+        self._queue_lock = threading.Lock()
+        self._lock = threading.Lock()  # one listener at a time
+
+    def _new(self, position: int) -> VadStream:
+        stream = VadStream(self._vad, self._options, pause_s=self._pause_s)
+        stream.position = position
+        return stream
+
+    def put(self, audio: np.ndarray) -> None:
+        with self._queue_lock:
+            self._unheard.append(audio)
+
+    def restart(self, at: int) -> None:
+        """A clear: the VAD starts afresh at absolute sample `at` (after what was put before)."""
+        with self._queue_lock:
+            self._unheard.append(at)
+
+    def listen(self) -> list[VadEvent]:
+        """Run the VAD over the audio put since the last call; the new events."""
+        with self._lock:
+            heard: list[VadEvent] = []
+            while True:
+                with self._queue_lock:
+                    if not self._unheard:
+                        return heard
+                    audio = self._unheard.popleft()
+                if isinstance(audio, int):
+                    self._stream = self._new(audio)
+                    continue
+                stream = self._stream
+                for i in range(0, audio.shape[0], CHUNK_SAMPLES):  # one chunk decides at most
+                    for event in stream.feed(audio[i : i + CHUNK_SAMPLES]):
+                        self._decided.append((stream.position, event))
+                        heard.append(event)
+
+    def decided(self, until: int) -> list[VadEvent]:
+        """The events decided by absolute sample `until` that admission has not taken yet
+        (the caller listened after the inbox gave it that audio)."""
+        with self._lock:
+            taken: list[VadEvent] = []
+            while self._decided and self._decided[0][0] <= until:
+                taken.append(self._decided.popleft()[1])
+            return taken
+
+    def forget(self, until: int) -> None:
+        """A clear took effect at absolute sample `until`: the events of the audio it dropped
+        go (the caller listened first)."""
+        with self._lock:
+            while self._decided and self._decided[0][0] <= until:
+                self._decided.popleft()
+
+    def paused_since(self) -> int | None:
+        """Where the current silence began, if it was reported as a pause (only silence was
+        heard since)."""
+        with self._lock:
+            return self._stream.paused_since()
 
 
 class AudioBuffer:

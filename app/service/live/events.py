@@ -47,6 +47,17 @@ class SpeechStopped:
 
 
 @dataclass(frozen=True)
+class VoiceActivity:
+    """The VAD as it hears the audio, before the session acts on it (while a pass decodes):
+    speech began ("start"), a silence of the session's `pause_s` ("pause") or `min_silence_s`
+    ("end") began at `at`. What reacts to speech at once listens to these (a Wyoming
+    utterance's early pass); turns are `SpeechStarted`/`SpeechStopped`."""
+
+    kind: Literal["start", "pause", "end"]
+    at: float
+
+
+@dataclass(frozen=True)
 class Finalized:
     """Everything before the pause (`reason` "pause") or the client's commit ("flush") is
     committed: the CommittedText events before this one hold all of it."""
@@ -66,6 +77,7 @@ StreamEvent = (
     | StreamSegment
     | SpeechStarted
     | SpeechStopped
+    | VoiceActivity
     | Finalized
     | BufferCleared
 )

@@ -1,7 +1,9 @@
 """Drives one live session from the event loop: the loop every live protocol shares.
 
-    client audio -> append() -> session inbox; wake
-    _process():  woken -> advance() on a helper thread (VAD, admission)
+    client audio -> append() -> session inbox; wake both
+    _listen():   woken -> listen() on a helper thread (the VAD hears the audio as it arrives,
+                          while a pass decodes: `VoiceActivity` events at once)
+    _process():  woken -> advance() on a helper thread (admission, applying the VAD's events)
                          -> decode() on the shared worker pool while a pass is due
     close():     flush (the resampler drained too), then wait until the session is idle
 
@@ -11,7 +13,7 @@ next pass covers it); a closed pool (server shutdown) ends the session with `Poo
 limits (`LiveLimits`) are checked as audio arrives (`Rejected`, kind "limit").
 
 Adapters read `received_s`, `stats()` and `done` (the processing ended: its error, if any, is
-raised by awaiting it); they never reach into the session or the task.
+raised by awaiting it) and may await `heard()`; they never reach into the session or the task.
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ class LiveRunner:
         self._wake = asyncio.Event()
         self._finished = asyncio.Event()
         self._closing = False
+        self._to_hear = asyncio.Event()
         self._task = asyncio.create_task(self._process(), name="live-session")
+        self._listener = asyncio.create_task(self._listen(), name="live-vad")
+        self._task.add_done_callback(lambda _task: self._listener.cancel())
 
     @property
     def done(self) -> asyncio.Future[None]:
@@ -118,7 +123,13 @@ class LiveRunner:
                 "send audio at most as fast as it is transcribed",
                 kind="limit",
             )
+        self._to_hear.set()
         self._wake.set()
+
+    async def heard(self) -> None:
+        """Returns once the VAD heard all the audio fed so far (its `VoiceActivity` events were
+        handed to `on_event` before)."""
+        await asyncio.to_thread(self._session.listen)
 
     def commit(self) -> None:
         """Finalize what was sent (the resampler keeps its few ms of delay for what follows)."""
@@ -153,6 +164,7 @@ class LiveRunner:
     async def stop(self) -> None:
         """Stop at once (the client left, the session failed or is replaced)."""
         self._cancel.set()
+        self._listener.cancel()
         self._task.cancel()
         with contextlib.suppress(BaseException):
             await self._task
@@ -168,6 +180,18 @@ class LiveRunner:
                 await self._decode()
             if self._closing and session.idle:
                 self._finished.set()
+                return
+
+    async def _listen(self) -> None:
+        """Runs the VAD over the audio as it arrives (an error stops the session's processing
+        when its admission meets it)."""
+        while True:
+            await self._to_hear.wait()
+            self._to_hear.clear()
+            try:
+                await asyncio.to_thread(self._session.listen)
+            except Exception:
+                log.exception("live session: the VAD failed")
                 return
 
     async def _decode(self) -> None:

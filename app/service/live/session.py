@@ -8,7 +8,8 @@ or a client commit is committed).
 
 How:
 
-    append() -> inbox -> advance(): VAD per 32 ms chunk, admit audio into the buffer
+    append() -> inbox -> listen(): VAD per 32 ms chunk as the audio arrives (while passes run)
+                   -> advance(): admit audio into the buffer, applying the VAD's events
                               buffer = contiguous audio not yet cut away (<= one 30 s window)
     decode(): every `step_s` of new speech: one pass over the whole buffer (`window_pass`);
               the commit policy (`policy`: LocalAgreement-2 or AlignAtt) says how many of the
@@ -34,9 +35,10 @@ How:
   forgets what was received and not yet committed.
 - Memory: the buffer (<= 30 s), the inbox (bounded by the caller) and the committed text.
 
-Threads: `append`/`flush`/`clear` may be called from any thread; `advance` and `decode` must
-be called by one caller at a time (`app.service.live.runner`), on worker threads. Events are
-passed to `on_event` from the thread that runs `advance`/`decode`.
+Threads: `append`/`flush`/`clear` may be called from any thread (one at a time), `listen` from
+any thread; `advance` and `decode` must be called by one caller at a time
+(`app.service.live.runner`), on worker threads. Events are passed to `on_event` from the thread
+that runs `listen`/`advance`/`decode`.
 """
 
 from __future__ import annotations
@@ -48,10 +50,10 @@ from typing import Literal
 
 import numpy as np
 
-from app.engine.vad import SileroVad, VadStream
+from app.engine.vad import SileroVad
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.live import commits
-from app.service.live.admission import AudioBuffer, Inbox
+from app.service.live.admission import AudioBuffer, Hearing, Inbox
 from app.service.live.commits import Commits
 from app.service.live.events import (
     BufferCleared,
@@ -60,6 +62,7 @@ from app.service.live.events import (
     SpeechStopped,
     StreamEvent,
     StreamStats,
+    VoiceActivity,
 )
 from app.service.live.options import StreamingOptions
 from app.service.live.policy import make_policy, unsure
@@ -93,8 +96,11 @@ class StreamingSession:
         self.on_event = on_event or (lambda _e: None)
         self.policy = make_policy(options.policy, options.edge_s)
         self.passes = PassRunner(transcriber, options)
-        self._vad_model = vad if options.vad is not None else None
-        self._vad = self._new_vad()
+        self._vad = (
+            Hearing(vad, options.vad, options.pause_s)
+            if vad is not None and options.vad is not None
+            else None
+        )
         self._prompt = (
             tuple(self.tokenizer.encode(" " + options.prompt.strip())) if options.prompt else ()
         )
@@ -115,7 +121,10 @@ class StreamingSession:
 
     # ---- input (any thread) ----------------------------------------------------------------
     def append(self, audio: np.ndarray) -> None:
-        """Queue f32 [N] 16 kHz audio (cheap; the work happens in `advance`/`decode`)."""
+        """Queue f32 [N] 16 kHz audio (cheap; the work happens in `listen`/`advance`/`decode`)."""
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if self._vad is not None and audio.shape[0]:
+            self._vad.put(audio)  # heard before it can be admitted
         self.inbox.append(audio)
 
     def flush(self) -> None:
@@ -124,7 +133,17 @@ class StreamingSession:
 
     def clear(self) -> None:
         """Forget the audio appended so far that is not committed yet."""
+        if self._vad is not None:
+            self._vad.restart(self.inbox.received)
         self.inbox.mark_clear()
+
+    def listen(self) -> None:
+        """Run the VAD over the audio appended since (any thread; the runner calls it as audio
+        arrives, while a pass decodes): `VoiceActivity` events as it hears them; admission
+        applies each when it reaches the audio that decided it."""
+        if self._vad is not None:
+            for event in self._vad.listen():
+                self.on_event(VoiceActivity(event.kind, round(event.sample / SAMPLE_RATE, 3)))
 
     @property
     def language(self) -> str | None:
@@ -188,7 +207,8 @@ class StreamingSession:
         assert vad is not None
         preroll = round(self.options.preroll_s * SAMPLE_RATE)
         pad = round(vad.speech_pad_s * SAMPLE_RATE)
-        for event in self._vad.feed(piece):
+        self.listen()
+        for event in self._vad.decided(self._buf.end):
             if event.kind == "start" and not self._open:
                 self._open = True
                 self._utterance_start = event.sample
@@ -231,19 +251,14 @@ class StreamingSession:
         self.commits = self.commits.forget()
         self._final_until = None
         self._decoded_until = sample
-        if self._vad_model is not None:
-            self._vad = self._new_vad()
-            self._vad.position = sample
+        if self._vad is not None:
+            self.listen()
+            self._vad.forget(sample)  # it restarted there as it heard the clear
             self._open = False
         self.transcript.close_segment()
         self.transcript.partial("")
         for _ in range(clears):
             self.on_event(BufferCleared())
-
-    def _new_vad(self) -> VadStream | None:
-        if self._vad_model is None:
-            return None
-        return VadStream(self._vad_model, self.options.vad, pause_s=self.options.pause_s)
 
     def _nothing_to_keep(self) -> bool:
         """The buffer holds no words (committed context or pending) worth keeping."""

@@ -6,25 +6,26 @@ from the whole utterance, transcribed as an uploaded file is. That pass starts e
 
     audio arrives      -> converted to f32 16 kHz once (the runner's converter), kept (up to
                           `max_s`; longer: no whole pass, the live text stands)
-    ... as spoken      -> to the live session and the pause detector at real-time pace
-    speaker pauses     -> (`PAUSE_S` of silence after speech, by the utterance's own VAD
-                          stream) a whole pass starts on the audio received so far, on the
-                          shared worker pool
-    speaker goes on    -> that pass is dropped
-    the client stops   -> if nothing but silence came after the pause (checked by the VAD on
-                          that tail), the early pass is the transcript: usually finished
+    ... as spoken      -> to the live session at real-time pace; its VAD hears it at once
+                          (`VoiceActivity` events, while the session's passes decode)
+    speaker pauses     -> (a pause: `PAUSE_S` of silence after speech, the session's `pause_s`
+                          on Wyoming) a whole pass starts on the audio received so far, on
+                          the shared worker pool
+    speaker goes on    -> (speech starts again) that pass is dropped
+    the client stops   -> the rest of the audio reaches the VAD at once; if no speech started
+                          after the pause, the early pass is the transcript: usually finished
                           already, since a client stops only after hearing some silence;
-                          else a whole pass over everything.
+                          else a whole pass over everything. (A session without VAD:
+                          STT_VAD_FILTER off or no model, has no early pass.)
 
 The pause that starts the pass is shorter than the live session's turn end (its VAD's
 `min_silence_s`, 0.5 s): a client that stops soon after the speech ends (a recording's own
 trailing silence, a voice assistant's end-of-speech detection) finds the pass started
-already. A pause inside the command costs one dropped pass (a queued one costs nothing). The
-detector runs on the event loop as audio is heard: one Silero call per 32 ms chunk (~0.15 ms).
-It hears the audio at real-time pace (`RealTimeFeed`), not as it arrives: a recording sent in
-one burst has no pauses in time, and passes started at each of its pauses would be work
-wasted against the one pass the client waits for. (The live session's own VAD cannot serve as
-the detector: it runs between the session's passes, so it hears a pause a pass later.)
+already. A pause inside the command costs one dropped pass (a queued one costs nothing). Each
+chunk is converted once and heard by one VAD (the session's). The session hears the audio at
+real-time pace (`RealTimeFeed`), not as it arrives: a recording sent in one burst has no pauses
+in time, and passes started at each of its pauses would be work wasted against the one pass the
+client waits for.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.engine.vad import SileroVad, VadOptions, VadStream
 from app.runtime.contract import SAMPLE_RATE
 from app.service.jobs import TranscriptionJob, TranscriptionResult
+from app.service.live.events import VoiceActivity
 from app.service.live.pacing import RealTimeFeed
 from app.service.live.runner import LiveRunner
 from app.service.pool import WorkerPool
@@ -65,19 +66,16 @@ class Utterance:
         runner: LiveRunner,
         model: LoadedModel,
         pool: WorkerPool,
-        vad: SileroVad | None,
         job: TranscriptionJob,
         max_s: float,
     ) -> None:
-        self.runner, self.model, self.pool, self.vad, self.job = runner, model, pool, vad, job
+        self.runner, self.model, self.pool, self.job = runner, model, pool, job
         self._recorded: list[np.ndarray] | None = []  # f32 16 kHz pieces
         self._samples = 0
         self._limit = round(max_s * SAMPLE_RATE)
         self._early: _Early | None = None
-        self._pauses = (
-            VadStream(vad, VadOptions(min_silence_s=PAUSE_S)) if vad is not None else None
-        )
-        self._feed = RealTimeFeed(self._heard, SAMPLE_RATE)
+        self._paused = False  # the current silence started a pass
+        self._feed = RealTimeFeed(runner.feed, SAMPLE_RATE)
 
     def add(self, data: bytes) -> None:
         """The client's PCM as it arrives. Raises AudioDecodeError (the chunk is dropped) or
@@ -94,16 +92,16 @@ class Utterance:
             self._recorded.append(samples)
             self._samples += samples.shape[0]
 
-    def _heard(self, samples: np.ndarray) -> None:
-        """The same audio, at the pace it was spoken: to the live session, watched for pauses."""
-        self.runner.feed(samples)
-        if self._pauses is None or self._recorded is None:
+    def voice(self, event: VoiceActivity) -> None:
+        """The session's VAD heard speech start, or a pause (then the speech's end)."""
+        if self._recorded is None:
             return
-        for event in self._pauses.feed(samples):
-            if event.kind == "end":
-                self._speech_stopped()
-            else:
-                self._drop_early()  # the speaker goes on
+        if event.kind == "start":
+            self._paused = False
+            self._drop_early()  # the speaker goes on
+        elif not self._paused:
+            self._paused = True
+            self._speech_stopped()
 
     def _speech_stopped(self) -> None:
         """The speaker paused: transcribe what was said so far, in case that was all."""
@@ -119,20 +117,21 @@ class Utterance:
             self._feed.flush()
             text = (await self.runner.close()).strip()
             return text, self.job.options.language
+        self._feed.flush()  # no pace to keep: did the speaker go on after the pause?
         await self._feed.stop()
+        await self.runner.heard()
         await self.runner.stop()  # the whole-utterance pass covers everything
         result = await self._transcript()
         return result.text, result.language
 
     async def _transcript(self) -> TranscriptionResult:
         audio, early = self._audio(), self._early
-        if early is not None and not self._speech_in(audio[early.upto :]):
+        if early is not None:
             log.info(
                 "utterance: the pass started at the pause answers (%.2f s of silence after it)",
                 (audio.shape[0] - early.upto) / SAMPLE_RATE,
             )
             return await early.task
-        self._drop_early()
         return await self._whole(audio)
 
     async def close(self) -> None:
@@ -158,14 +157,6 @@ class Utterance:
             return model.transcribe_samples(audio, job, cancel)
 
         return await self.pool.run(work, cancel)
-
-    def _speech_in(self, tail: np.ndarray) -> bool:
-        """Whether the audio after the pause holds speech (no VAD: assume it does)."""
-        if not tail.shape[0]:
-            return False
-        if self.vad is None:
-            return True
-        return bool(np.any(self.vad.probs(tail) >= VadOptions().threshold))
 
     def _drop_early(self) -> None:
         early, self._early = self._early, None

@@ -1,0 +1,92 @@
+"""The live session's VAD hears the audio as it arrives (`StreamingSession.listen`), ahead of
+admission and while a pass decodes, and each 32 ms chunk goes through it once: the real tiny.en
+model and Silero VAD."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.engine.vad import CHUNK_SAMPLES, SileroVad, VadState
+from app.runtime.contract import SAMPLE_RATE
+from app.service.live import (
+    SpeechStarted,
+    SpeechStopped,
+    StreamEvent,
+    StreamingOptions,
+    StreamingSession,
+    VoiceActivity,
+)
+from app.service.transcriber import Transcriber
+from tests.conftest import MODELS_DIR, not_built
+from tests.engine.conftest import JFK, clip
+
+
+@pytest.fixture(scope="module")
+def vad() -> SileroVad:
+    path = MODELS_DIR / "silero_vad.onnx"
+    if not path.is_file():
+        not_built(path)
+    return SileroVad.load(path)
+
+
+class CountedVad:
+    """The real VAD, counting the chunks it scores."""
+
+    def __init__(self, vad: SileroVad) -> None:
+        self.vad, self.chunks = vad, 0
+
+    def chunk_prob(self, chunk: np.ndarray, state: VadState, gain: float | None = None) -> float:
+        self.chunks += 1
+        return self.vad.chunk_prob(chunk, state, gain)
+
+
+def speech_with_a_pause() -> np.ndarray:
+    """jfk, 1 s of silence, jfk again."""
+    audio = clip(JFK)
+    return np.concatenate([audio, np.zeros(SAMPLE_RATE, np.float32), audio])
+
+
+def test_the_vad_hears_speech_before_the_session_admits_it(
+    tiny_tr: Transcriber, vad: SileroVad
+) -> None:
+    events: list[StreamEvent] = []
+    options = StreamingOptions(language="en", pause_s=0.2)
+    session = StreamingSession(tiny_tr, options, vad, events.append)
+    audio = speech_with_a_pause()
+    for i in range(0, audio.shape[0], 1600):
+        session.append(audio[i : i + 1600])
+        session.listen()  # what the runner does as each chunk arrives
+    heard = [e for e in events if isinstance(e, VoiceActivity)]
+    assert [e.kind for e in heard][:1] == ["start"], heard
+    assert {"pause", "end"} <= {e.kind for e in heard}, heard
+    # nothing was admitted yet: no turn, no pass
+    assert not [e for e in events if isinstance(e, SpeechStarted | SpeechStopped)]
+    assert session.stats().buffer_s == 0 and session.stats().passes == 0
+
+    while session.advance():  # admission applies what was heard, where it was decided
+        session.decode()
+    turns = [e for e in events if isinstance(e, SpeechStarted | SpeechStopped)]
+    starts = [e.at for e in heard if e.kind == "start"]
+    ends = [e.at for e in heard if e.kind == "end"]
+    assert [e.at for e in turns if isinstance(e, SpeechStarted)] == starts
+    assert [e.at for e in turns if isinstance(e, SpeechStopped)] == ends
+    assert any(12.0 <= at < 12.5 for at in starts), heard  # the second jfk, after the silence
+
+
+def test_each_chunk_goes_through_the_vad_once(tiny_tr: Transcriber, vad: SileroVad) -> None:
+    """Heard on arrival or at admission (whichever comes first), never both."""
+    counted = CountedVad(vad)
+    session = StreamingSession(tiny_tr, StreamingOptions(language="en"), counted)  # type: ignore[arg-type]
+    audio = speech_with_a_pause()
+    for n, i in enumerate(range(0, audio.shape[0], 1000)):
+        session.append(audio[i : i + 1000])
+        if n % 3:
+            session.listen()
+        while session.advance():
+            session.decode()
+    session.flush()
+    while session.advance():
+        session.decode()
+    assert counted.chunks == audio.shape[0] // CHUNK_SAMPLES
+    assert session.text.lower().count("fellow americans") == 2, session.text
