@@ -37,15 +37,20 @@ __all__ = [
     "SpeakerSegmentation",
     "TooLittleSpeech",
     "load_speaker_models",
+    "run_options",
     "window_starts",
 ]
 
 
-def _shrinking_runs() -> ort.RunOptions:
-    """Runs that hand the CPU arena's unused memory back afterwards: the activations of a call
-    (a 10 s CAM++ pass, 4 segmentation windows) are 100+ MB and occasional, so a kept arena would
-    hold them for good (measured after a 60 s segmentation + a 10 s embedding on the CPU EP:
-    +193 MB RSS kept, +62 MB with shrinkage, no measurable time cost)."""
+def run_options(ep: str) -> ort.RunOptions | None:
+    """On the CPU EP, runs that hand the CPU arena's unused memory back afterwards: the
+    activations of a call (a 10 s CAM++ pass, 4 segmentation windows) are 100+ MB and occasional,
+    so a kept arena would hold them for good (measured after a 60 s segmentation + a 10 s
+    embedding: +193 MB RSS kept, +62 MB with shrinkage, no measurable time cost). None on the
+    OpenVINO EP: its sessions have no CPU arena to shrink (`create_session`), and asking for one
+    fails every run."""
+    if ep != "cpu":
+        return None
     options = ort.RunOptions()
     options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     return options
@@ -99,7 +104,7 @@ def load_speaker_models(
             options.inference_precision,
         )
         log.info("loaded %s on %s/%s in %.2f s", name, ep, device, time.perf_counter() - started)
-    runs = _shrinking_runs()
+    runs = run_options(ep)
     return SpeakerModels(
         segmentation=SpeakerSegmentation(sessions[SEGMENTATION_FILE], step_s, run_options=runs),
         embedding=SpeakerEmbedding(sessions[EMBEDDING_FILE], runs),
