@@ -28,7 +28,8 @@ def token_logprobs(logits: np.ndarray, target_ids: np.ndarray, eot: int) -> np.n
     probabilities take it: logits f32 [B, T, V], target_ids i64 [B, T] (< eot) -> f32 [B, T]."""
     text = logits[..., :eot]
     top = text.max(axis=-1, keepdims=True)
-    log_norm = np.log(np.exp(text - top).sum(axis=-1, keepdims=True)) + top
+    shifted = np.subtract(text, top)  # one [B, T, eot] buffer, exponentiated in place
+    log_norm = np.log(np.exp(shifted, out=shifted).sum(axis=-1, keepdims=True)) + top
     picked = np.take_along_axis(text, target_ids[..., None], axis=-1)
     return (picked - log_norm)[..., 0]
 
