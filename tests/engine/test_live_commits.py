@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from app.engine.decoding_types import DecodingResult
 from app.engine.tokenizer import Tokenizer
+from app.engine.words import Word
 from app.runtime.contract import SAMPLE_RATE
 from app.service.live import commits
 from app.service.live.commits import Commits
@@ -80,6 +81,16 @@ def test_the_partial_leaves_out_the_words_a_pass_repeats_from_the_committed_text
         feed(token)
     partials = [e.text for e in events if isinstance(e, PartialText)]
     assert partials == [" my", " my fellow", " my fellow Americans"]
+
+
+def test_a_word_the_split_cut_at_a_hyphen_reads_whole_when_committed_in_two_parts() -> None:
+    """The one word split cuts "fat-mutton" into " fat" and "-mutton" (openai/whisper's rule):
+    committed apart, the parts still read as one word; a word that lost its space gets one."""
+    transcript = Transcript(lambda _e: None)
+    transcript.commit([Word(0.0, 0.2, " fat", 0.9)])
+    transcript.commit([Word(0.2, 0.5, "-mutton", 0.9), Word(0.5, 0.8, " pieces", 0.9)])
+    transcript.commit([Word(0.8, 1.0, "to", 0.9)])
+    assert transcript.text == "fat-mutton pieces to"
 
 
 def test_local_agreement_commits_what_two_passes_read(tiny_tok: Tokenizer) -> None:

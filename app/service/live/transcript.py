@@ -43,8 +43,8 @@ class Transcript:
         text = "".join(w.word for w in words)
         if not self._text:
             text = text.lstrip()
-        elif not text[:1].isspace() and not is_cjk(text[:1]):
-            text = " " + text
+        elif text[:1].isalnum() and not is_cjk(text[:1]):  # a word without its space
+            text = " " + text  # (one led by punctuation goes on the last: "fat" "-mutton")
         start = max(words[0].start, self._end)
         end = max(words[-1].end, start)
         self._end = end
