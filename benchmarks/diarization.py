@@ -170,6 +170,10 @@ def summary(results: list[Scored], label: str) -> list[str]:
 
 def row(step: str, r: Scored) -> list:
     p, d = r.parts, len(r.item.audio) / 16000
+    if p["total"] == 0:  # no reference speech (the empty clip): only what was found counts
+        return [step, r.system, r.item.name, f"{d:.0f}", "-", 0, r.found,
+                f"({p['false alarm']:.1f} s found)", "-", "-", "-", "-", f"{r.seconds:.1f}",
+                f"{r.seconds / d:.3f}"]  # fmt: skip
     return [step, r.system, r.item.name, f"{d:.0f}", f"{100 * r.item.overlap:.0f}",
             r.item.reference.shape[1], r.found, f"{100 * error_rate(p):.1f}",
             f"{100 * p['missed'] / max(p['total'], 1e-9):.1f}",
