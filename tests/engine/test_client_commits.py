@@ -18,9 +18,9 @@ from app.service.live import (
     StreamingSession,
 )
 from app.service.transcriber import Transcriber
-from tests.api.test_realtime_turns import client_commit_points
+from tests.api.test_realtime_turns import client_commit_points, word_errors
 from tests.conftest import MODELS_DIR, not_built
-from tests.engine.conftest import EARNINGS, clip
+from tests.engine.conftest import EARNINGS, REFERENCES, clip
 
 ELLIPSES = ("...", "…")
 
@@ -59,14 +59,35 @@ def run_with_client_commits(session: StreamingSession, audio: np.ndarray) -> Non
         session.decode()
 
 
-def test_an_item_that_trails_off_is_read_on_by_the_next(tiny_tr: Transcriber, vad: SileroVad):
-    """The 60 s clip in ~25 items: an item Whisper ends with "..." (the audio stopped
-    mid-sentence) is read again, not forced, by the next item's passes; forced, the next items
-    opened with "..." and misread words ("...pound damage" for "pandemic")."""
+@pytest.fixture(scope="module")
+def earnings_items(tiny_tr: Transcriber, vad: SileroVad) -> list[str]:
+    """The 60 s clip committed at every client pause: ~25 items (one session for the module)."""
     events: list[StreamEvent] = []
     session = StreamingSession(tiny_tr, StreamingOptions(language="en"), vad, events.append)
     run_with_client_commits(session, clip(EARNINGS))
-    items = items_committed_at_pauses(events)
+    return items_committed_at_pauses(events)
+
+
+def test_an_item_that_trails_off_is_read_on_by_the_next(earnings_items: list[str]) -> None:
+    """An item Whisper ends with "..." (the audio stopped mid-sentence) is read again, not
+    forced, by the next item's passes; forced, the next items opened with "..." and misread
+    words ("...pound damage" for "pandemic")."""
+    items = earnings_items
     assert len(items) >= 20, items
     assert sum(item.endswith(ELLIPSES) for item in items) >= 3, items  # the case arises
     assert not [item for item in items if item.startswith(ELLIPSES)], items
+
+
+def test_the_items_of_the_60_s_clip_read_within_one_wer_point_of_rest(
+    tiny_tr: Transcriber, earnings_items: list[str]
+) -> None:
+    """Joined, the items score within +1 WER point of the REST transcript against the clip's
+    reference. The first item ends inside "are" ("We, uh,"); the session's own pause finalizes
+    again in the same silence and must re-read it as the client's commit did (forced, the next
+    items never read "are")."""
+    segments, _ = tiny_tr.transcribe(clip(EARNINGS))
+    rest = "".join(segment.text for segment in segments)
+    reference = REFERENCES[EARNINGS]
+    rest_errors, n = word_errors(reference, rest)
+    errors, _ = word_errors(reference, " ".join(earnings_items))
+    assert errors / n <= rest_errors / n + 0.01, (earnings_items, rest)

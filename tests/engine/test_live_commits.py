@@ -210,3 +210,28 @@ def test_a_final_reading_with_an_unsure_word_is_doubtful_and_the_surer_one_kept(
     assert not commits.doubtful(replace(state, pending=tuple(misread.words[2:])), misread)
     assert commits.likelier(state, misread, read) is read
     assert commits.likelier(state, read, misread) is read
+
+
+def test_a_pause_right_after_a_client_commit_reads_its_trailing_segment_again(
+    tiny_tok: Tokenizer,
+) -> None:
+    """The client commits inside "We are" ("We, uh,": trails off, left to be read again); the
+    session's own pause in the same silence finalizes that reading again, adding no words: it
+    is not forced either, so the next pass can still read "are". A pause that follows a pass of
+    the open utterance closes and forces the segment as before."""
+    reading = make_pass(tiny_tok, [(0.0, 0.84, " We, uh,", True)], 0.9)
+    until = round(0.9 * SAMPLE_RATE)
+    state, applied = commits.finalize(
+        Commits(), reading, 0, until, ALIGNATT, tiny_tok, reread_last=True
+    )
+    assert texts(applied.commit) == "We, uh," and state.prefix == ()
+    again = make_pass(tiny_tok, [(0.0, 0.84, " We, uh,", True)], 0.97)
+    paused, applied = commits.finalize(
+        state, again, 0, round(0.97 * SAMPLE_RATE), ALIGNATT, tiny_tok, reread_last=False
+    )
+    assert applied.commit == () and paused.prefix == ()
+    stepped, _ = commits.step(state, again, AlignAtt(0.7), ALIGNATT, tiny_tok)
+    paused, _ = commits.finalize(
+        stepped, again, 0, round(0.97 * SAMPLE_RATE), ALIGNATT, tiny_tok, reread_last=False
+    )
+    assert [(s.end, s.closed) for s in paused.prefix] == [(0.97, True)]

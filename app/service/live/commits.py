@@ -48,7 +48,9 @@ class Commits:
     the last pass's words not committed yet; prefix: the next pass's forced prefix (committed
     closed segments, then with AlignAtt the committed start of the open one, closed=False);
     recent: the last committed words, across cuts; end_s: stream seconds where the committed
-    text ends; last: the last pass, while the buffer is unchanged since.
+    text ends; last: the last pass, while the buffer is unchanged since; reread: the last
+    finalization was a client's commit (its trailing last segment is read again, see `settle`)
+    and no step pass ran since.
     """
 
     committed: tuple[Word, ...] = ()
@@ -57,10 +59,11 @@ class Commits:
     recent: tuple[Word, ...] = ()
     end_s: float = 0.0
     last: Pass | None = None
+    reread: bool = False
 
     def forget(self) -> Commits:
         """The buffer's committed audio is gone (or no longer context); nothing is pending."""
-        return replace(self, committed=(), pending=(), prefix=(), last=None)
+        return replace(self, committed=(), pending=(), prefix=(), last=None, reread=False)
 
     @property
     def holds_words(self) -> bool:
@@ -183,7 +186,7 @@ def step(
 ) -> tuple[Commits, Applied]:
     """A pass over the open utterance: its new words the policy says are final are committed;
     a full buffer (`max_buffer_s`) commits its closed segments whatever the policy says."""
-    state = replace(state, last=None)
+    state = replace(state, last=None, reread=False)
     forced = decoded.seconds > options.max_buffer_s
     if not decoded.usable:
         if forced:  # a full buffer that gives no words: settle what there is, move on
@@ -234,7 +237,11 @@ def finalize(
 ) -> tuple[Commits, Applied]:
     """Commit every word up to absolute sample `until`: the new words of `fresh` (a pass just
     decoded up to there), or without it the last pass's pending words. The audio stays as
-    context; the finalized pass's segments become the forced prefix (see `settle`)."""
+    context; the finalized pass's segments become the forced prefix (see `settle`).
+
+    `reread_last`: a client's commit. A finalization right after one (the session's own pause
+    in the same silence) that adds no words re-reads as it did: forcing the segment then would
+    undo the re-read ("We, uh," read alone at the commit, forced, and "We are" never read)."""
     if fresh is not None:
         decoded: Pass | None = fresh
         words = tuple(fresh.words[new_words_at(state, fresh) :])
@@ -249,7 +256,8 @@ def finalize(
     )
     if decoded is None or decoded.start != buffer_start:
         return state, Applied(words)
-    state = replace(state, committed=tuple(decoded.words))
+    reread_last = reread_last or (state.reread and not words)
+    state = replace(state, committed=tuple(decoded.words), reread=reread_last)
     final_end_s = (until - decoded.start) / SAMPLE_RATE
     state, cut, stalled = settle(
         state, decoded, len(decoded.words), options, tokenizer,
