@@ -132,18 +132,24 @@ def base_tr(base, base_tok) -> Transcriber:
     return Transcriber(base, base_tok)
 
 
-def _with_vad(sessions: WhisperSessions, tok: Tokenizer) -> Transcriber:
+@pytest.fixture(scope="session")
+def vad() -> SileroVad:
+    """Silero VAD from `make test-models` (stateless: each stream passes its own state)."""
     path = MODELS_DIR / VAD_FILE
     if not path.is_file():
         not_built(path)
-    return Transcriber(sessions, tok, vad=SileroVad.load(path))
+    return SileroVad.load(path)
+
+
+def _with_vad(sessions: WhisperSessions, tok: Tokenizer, vad: SileroVad) -> Transcriber:
+    return Transcriber(sessions, tok, vad=vad)
 
 
 @pytest.fixture(scope="session")
-def tiny_vad_tr(tiny, tiny_tok) -> Transcriber:
-    return _with_vad(tiny, tiny_tok)
+def tiny_vad_tr(tiny, tiny_tok, vad) -> Transcriber:
+    return _with_vad(tiny, tiny_tok, vad)
 
 
 @pytest.fixture(scope="session")
-def base_vad_tr(base, base_tok) -> Transcriber:
-    return _with_vad(base, base_tok)
+def base_vad_tr(base, base_tok, vad) -> Transcriber:
+    return _with_vad(base, base_tok, vad)

@@ -5,7 +5,6 @@ model and Silero VAD."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from app.engine.vad import CHUNK_SAMPLES, SileroVad, VadState
 from app.runtime.contract import SAMPLE_RATE
@@ -18,16 +17,7 @@ from app.service.live import (
     VoiceActivity,
 )
 from app.service.transcriber import Transcriber
-from tests.conftest import MODELS_DIR, not_built
 from tests.engine.conftest import JFK, clip
-
-
-@pytest.fixture(scope="module")
-def vad() -> SileroVad:
-    path = MODELS_DIR / "silero_vad.onnx"
-    if not path.is_file():
-        not_built(path)
-    return SileroVad.load(path)
 
 
 class CountedVad:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pytest
 
 from app.engine.vad import SileroVad, VadOptions
 from app.engine.vad_spans import spans_from_probs
@@ -21,21 +20,12 @@ from app.service.live import (
     StreamSegment,
 )
 from app.service.transcriber import Transcriber
-from tests.conftest import MODELS_DIR, not_built
 from tests.engine.conftest import EMPTY, JFK, clip, normalise
 
 JFK_TEXT = (
     "and so my fellow americans ask not what your country can do for you "
     "ask what you can do for your country"
 )
-
-
-@pytest.fixture(scope="module")
-def vad() -> SileroVad:
-    path = MODELS_DIR / "silero_vad.onnx"
-    if not path.is_file():
-        not_built(path)
-    return SileroVad.load(path)
 
 
 def run_session(

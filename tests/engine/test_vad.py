@@ -26,18 +26,11 @@ from app.engine.vad_spans import (
 )
 from app.export.sources import sha256_of
 from app.export.vad import VAD_SHA256
-from tests.conftest import MODELS_DIR, not_built
+from tests.conftest import MODELS_DIR
 from tests.engine.conftest import EARNINGS, EMPTY, JFK, clip
 from tests.media import telephone
 
 VAD_PATH = MODELS_DIR / "silero_vad.onnx"
-
-
-@pytest.fixture(scope="module")
-def vad() -> SileroVad:
-    if not VAD_PATH.is_file():
-        not_built(VAD_PATH)
-    return SileroVad.load(VAD_PATH)
 
 
 def test_model_file_is_the_checked_one(vad: SileroVad) -> None:
