@@ -137,6 +137,17 @@ def all_completed(run: Run) -> bool:
     return bool(committed) and committed <= completed
 
 
+JFK_LAST_TURN_ENDS_AFTER_MS = 9_500  # "... ask what you can do for your country" ends at ~10.5 s
+
+
+def jfk_heard_and_completed(run: Run) -> bool:
+    """Every item completed, and the VAD closed a turn after jfk's last words: the server has
+    heard the whole clip. Under load it lags behind a client that has sent everything, so
+    `all_completed` alone could end the run before the last turn even started."""
+    ends = [e["audio_end_ms"] for e in run.of("input_audio_buffer.speech_stopped")]
+    return all_completed(run) and bool(ends) and ends[-1] >= JFK_LAST_TURN_ENDS_AFTER_MS
+
+
 def check_items(run: Run) -> None:
     """Each item: committed, then completed with the text of its deltas; items chain."""
     assert not run.of("error"), run.of("error")
@@ -169,7 +180,9 @@ def test_server_vad_items_stream_deltas_while_speaking(server: LiveServer, jfk_r
             }
         },
     }
-    run = asyncio.run(sdk_run(server, session, audio, bytes_per_s=48000, done=all_completed))
+    run = asyncio.run(
+        sdk_run(server, session, audio, bytes_per_s=48000, done=jfk_heard_and_completed)
+    )
     assert run.of("session.created")[0]["session"]["type"] == "transcription"
     updated = run.of("session.updated")[0]["session"]
     assert updated["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
