@@ -139,7 +139,8 @@ def _validation_error(exc: RequestValidationError) -> APIError:
     if not errors:
         return APIError(400, "Invalid request")
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "header", "form")]
+    places = ("body", "query", "header", "form", "path")
+    loc = [str(p) for p in first.get("loc", ()) if p not in places]
     param = loc[0] if loc else None
     if first.get("type") == "missing":
         message = f"Missing required parameter: '{param}'"

@@ -52,6 +52,16 @@ def test_model_name_is_not_a_path(http: httpx.Client) -> None:
         assert_openai_error(r, 404, param="model")
 
 
+@pytest.mark.parametrize("blank", ["%20", "%09", "%20%20"])
+def test_a_blank_model_id_names_no_model(http: httpx.Client, blank: str) -> None:
+    """A blank id in a model route is a 400, never the default model (a blank DELETE once
+    unloaded the server's default model, found by the schema fuzzer)."""
+    for method in ("GET", "POST", "DELETE"):
+        error = assert_openai_error(http.request(method, f"/v1/models/{blank}"), 400, param="model")
+        assert "model" in error["message"]
+    assert http.get("/v1/models/tiny.en").json()["loaded"]
+
+
 def test_undecodable_audio_is_415(http: httpx.Client) -> None:
     for name, payload in [
         ("a.wav", b"RIFF\x00\x00\x00\x00WAVEjunk" * 30),

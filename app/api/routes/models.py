@@ -12,6 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse
+from pydantic import AfterValidator
 
 from app.api.auth import require_api_key
 from app.api.deps import ModelsDep
@@ -20,7 +21,18 @@ from app.service.model_options import ModelStatus
 
 router = APIRouter(prefix="/v1", tags=["models"], dependencies=[Depends(require_api_key)])
 
-ModelId = Annotated[str, Path(description="A model id; may contain '/' (org/name).")]
+
+def _named(model: str) -> str:
+    if not model.strip():  # the manager reads a request's missing model as the default one
+        raise ValueError("a model id cannot be blank")
+    return model
+
+
+ModelId = Annotated[
+    str,
+    Path(description="A model id; may contain '/' (org/name)."),
+    AfterValidator(_named),
+]
 _CHANGE_RESPONSES: dict[int | str, dict[str, object]] = {
     202: {"model": ModelObject, "description": "Started; its state and progress on GET"},
     403: {"description": "The model needs new weights and STT_MODEL_DOWNLOADS is off"},
