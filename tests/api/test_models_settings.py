@@ -6,6 +6,7 @@ need downloads allowed, unknown ids, Hub ids in the path, the API key on every m
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from tests.api.conftest import (
     start_server,
     stop_server,
 )
+from tests.api.test_security import ws_outcome
 from tests.conftest import MODELS_DIR, model_dir
 
 pytestmark = pytest.mark.timeout(300)
@@ -146,3 +148,26 @@ def get_state(server: LiveServer, model: str) -> str:
     r = httpx.get(server.url(f"/v1/models/{model}"), headers=server.auth, timeout=10)
     assert r.status_code == 200, r.text
     return r.json()["state"]
+
+
+def test_a_live_session_without_its_default_model_loaded_is_refused_cleanly(
+    ttl_server: LiveServer,
+) -> None:
+    """The operator unloaded the default model (autoload off): a live session that would take
+    it gets an error naming the model and a close code, not a server error; POST brings it back."""
+    r = httpx.delete(ttl_server.url("/v1/models/tiny.en"), headers=ttl_server.auth, timeout=10)
+    assert r.status_code == 200 and get_state(ttl_server, "tiny.en") == "available", r.text
+    base = ttl_server.base_url.replace("http://", "ws://")
+    for path in ("/v1/audio/stream", "/v1/realtime"):
+        events, code = asyncio.run(ws_outcome(f"{base}{path}?api_key={KEY}"))
+        assert [e["type"] for e in events] == ["error"], (path, events)
+        error = events[0]["error"]
+        assert error["code"] == "model_not_found" and "POST /v1/models/tiny.en" in error["message"]
+        assert code == 1008, (path, code)
+    assert "Exception in ASGI application" not in ttl_server.log_tail(200)
+    r = httpx.post(ttl_server.url("/v1/models/tiny.en"), headers=ttl_server.auth, timeout=10)
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 60
+    while get_state(ttl_server, "tiny.en") != "loaded":
+        assert time.monotonic() < deadline, ttl_server.log_tail()
+        time.sleep(0.1)

@@ -168,16 +168,25 @@ async def serve(
             raise Rejected("invalid_api_key", message, kind="forbidden")
         admission = services.live.admit()
     except Rejected as refusal:
-        with contextlib.suppress(Exception):
-            await websocket.send_text(error_event(refusal).model_dump_json())
-            await websocket.close(code=close_code(refusal) or CLOSE_POLICY, reason=refusal.code)
+        await _refuse(websocket, error_event, refusal)
         return
     services.metrics.active_streams.inc()
     try:
         with admission:
-            await connection(websocket, LiveDeps(settings, services.live, admission)).run()
+            try:  # the connection takes the default model: it may not be loaded
+                live = connection(websocket, LiveDeps(settings, services.live, admission))
+            except Rejected as refusal:
+                await _refuse(websocket, error_event, refusal)
+                return
+            await live.run()
     finally:
         services.metrics.active_streams.dec()
+
+
+async def _refuse(websocket: WebSocket, error_event: ErrorFactory, refusal: Rejected) -> None:
+    with contextlib.suppress(Exception):
+        await websocket.send_text(error_event(refusal).model_dump_json())
+        await websocket.close(code=close_code(refusal) or CLOSE_POLICY, reason=refusal.code)
 
 
 class LiveConnection(ABC):
