@@ -19,18 +19,9 @@ from app.service.live import (
 )
 from app.service.transcriber import Transcriber
 from tests.api.test_realtime_turns import client_commit_points, word_errors
-from tests.conftest import MODELS_DIR, not_built
 from tests.engine.conftest import EARNINGS, REFERENCES, clip
 
 ELLIPSES = ("...", "…")
-
-
-@pytest.fixture(scope="module")
-def vad() -> SileroVad:
-    path = MODELS_DIR / "silero_vad.onnx"
-    if not path.is_file():
-        not_built(path)
-    return SileroVad.load(path)
 
 
 def items_committed_at_pauses(session_events: list[StreamEvent]) -> list[str]:
