@@ -4,9 +4,9 @@
 Some cross-attention heads of Whisper's decoder follow the audio: while a token is read, they
 look at the frames where it was spoken (the manifest lists them per model). For one window:
 
-1. The aligner (`aligner.onnx`) reads [sot sequence, <|notimestamps|>, text tokens,
-   <|endoftext|>] over the window's cross K/V and gives those heads' softmax weights
-   [A, T, 1500] and each text token's log-probability.
+1. The decoder, run over [sot sequence, <|notimestamps|>, text tokens, <|endoftext|>] with
+   the window's cross K/V (its `alignment_queries` output, `app.runtime.alignment`), gives those
+   heads' softmax weights [A, T, 1500] and each text token's log-probability.
 2. Crop the weights to the frames that hold audio (a short last window has fewer) and
    renormalise; standardise each head over the tokens (per frame: mean 0, deviation 1); median
    filter along time (width 7); average the heads -> a tokens x frames matrix.

@@ -123,7 +123,7 @@ class Hearing:
 
     `listen` hears what was put since it last ran and returns the new events; each is kept with
     the sample where it was decided (the end of the 32 ms chunk that decided it) until admission
-        reaches that sample (`decided`). A clear restarts the VAD where the stream goes on
+    reaches that sample (`decided`). A clear restarts the VAD where the stream goes on
     (`restart` when asked, `forget` when the session drops the audio)."""
 
     def __init__(self, vad: SileroVad, options: VadOptions, pause_s: float | None) -> None:
