@@ -65,7 +65,7 @@ OPENAI_MODEL_ALIASES = (
 )
 UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 SHUTDOWN_DRAIN_S = 30.0  # most time shutdown waits for running (already cancelled) jobs
-STREAM_DRAIN_S = 15.0  # most time a signal waits for live sessions to end before shutdown
+STREAM_DRAIN_S = 30.0  # most time a signal waits for live sessions to end before shutdown
 
 
 def configure_logging(level: str) -> None:
