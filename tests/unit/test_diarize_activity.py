@@ -8,12 +8,15 @@ from app.service.diarize.activity import (
     UNASSIGNED,
     FrameGrid,
     Turn,
+    alone_frames,
     binarize,
     clean_frames,
+    fold_quiet_speakers,
     global_activity,
+    speaker_activity,
     speaker_count,
-    speaker_turns,
 )
+from app.service.diarize.activity import turns as runs
 
 GRID = FrameGrid(step_s=0.1, duration_s=0.1)  # 100 frames per 10 s window
 FRAMES = 100
@@ -37,6 +40,12 @@ def _windows(talks: list[tuple[int, float, float]], seconds: float, permute: boo
                     activity[c, :, s] = np.maximum(activity[c, :, s], (times >= a) & (times < b))
             clusters[c, s] = g
     return activity, clusters, starts
+
+
+def speaker_turns(activity, clusters, starts, grid: FrameGrid, duration_s: float):
+    """Global turns from the windows' local activity and their speakers' clusters."""
+    n = int(clusters.max()) + 1
+    return runs(speaker_activity(activity, clusters, starts, grid, n), grid, duration_s)
 
 
 def test_turns_follow_each_speaker_whatever_its_local_index() -> None:
@@ -102,3 +111,22 @@ def test_a_windows_local_speakers_add_to_their_clusters() -> None:
     expected[50:FRAMES, 0] += 1
     expected[10:, 0] += 1
     assert np.array_equal(summed, expected)
+
+
+def test_alone_frames_count_only_frames_with_one_speaker() -> None:
+    binary = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 0], [1, 0, 0]], dtype=bool)
+    assert alone_frames(binary).tolist() == [2, 1, 0]
+
+
+def test_a_speaker_that_hardly_talks_alone_joins_the_most_similar_one() -> None:
+    centroids = np.array([[1.0, 0.0, 0.0], [0.0, 0.6, 0.8], [0.0, 1.0, 0.0]])
+    alone = np.array([30.0, 0.5, 12.0])  # seconds
+    assert fold_quiet_speakers(alone, centroids, 2.0, 1).tolist() == [0, 2, 2]
+    assert fold_quiet_speakers(alone, centroids, 0.0, 1).tolist() == [0, 1, 2]
+    assert fold_quiet_speakers(alone, centroids, 2.0, 3).tolist() == [0, 1, 2]  # min_speakers=3
+
+
+def test_quiet_speakers_fold_quietest_first_and_one_always_stays() -> None:
+    centroids = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+    assert fold_quiet_speakers(np.array([1.5, 0.2, 1.0]), centroids, 2.0, 1).tolist() == [0, 0, 0]
+    assert fold_quiet_speakers(np.array([1.5, 0.2, 1.0]), centroids, 2.0, 2).tolist() == [0, 0, 2]

@@ -73,6 +73,16 @@ def test_a_hint_of_one_speaker_gives_one(diarizer: Diarizer, talk) -> None:
     assert {t.speaker for t in found.turns} == {0}
 
 
+def test_one_speakers_call_is_one_speaker(diarizer: Diarizer) -> None:
+    """The 60 s earnings call has one speaker (issue 33 item 5); a second cluster that hardly
+    talks alone (it found 2 before the quiet-speaker rule) joins the first."""
+    audio = decode_audio((AUDIO / "earnings22_1_4482311_3_62.wav").read_bytes(), RATE)
+    found = diarizer(audio, SpeakerHints())
+    assert {t.speaker for t in found.turns} == {0}, found.turns
+    assert len(found.centroids) == 1
+    assert sum(t.end - t.start for t in found.turns) > 40.0, found.turns
+
+
 def test_silence_has_no_turns(diarizer: Diarizer) -> None:
     found = diarizer(np.zeros(5 * RATE, np.float32), SpeakerHints())
     assert found.turns == ()

@@ -112,20 +112,35 @@ def turns(binary: np.ndarray, grid: FrameGrid, duration_s: float) -> tuple[Turn,
     return tuple(sorted(found, key=lambda t: (t.start, t.speaker)))
 
 
-def speaker_turns(
-    activity: np.ndarray,
-    clusters: np.ndarray,
-    starts: np.ndarray,
-    grid: FrameGrid,
-    duration_s: float,
-) -> tuple[Turn, ...]:
-    """Global turns from the windows' local activity and their speakers' clusters."""
-    assigned = clusters[clusters != UNASSIGNED]
-    if assigned.size == 0:
-        return ()
-    n = int(assigned.max()) + 1
+def speaker_activity(
+    activity: np.ndarray, clusters: np.ndarray, starts: np.ndarray, grid: FrameGrid, n: int
+) -> np.ndarray:
+    """[T, n] bool: which of `n` clusters talk at each global frame."""
     summed = global_activity(activity, clusters, starts, grid, n)
-    return turns(binarize(summed, speaker_count(activity, starts, grid)), grid, duration_s)
+    return binarize(summed, speaker_count(activity, starts, grid))
+
+
+def alone_frames(binary: np.ndarray) -> np.ndarray:
+    """[n] how many frames each cluster of `binary` [T, n] talks with nobody else."""
+    return (binary & (binary.sum(axis=1, keepdims=True) == 1)).sum(axis=0)
+
+
+def fold_quiet_speakers(
+    alone: np.ndarray, centroids: np.ndarray, min_alone: float, fewest: int
+) -> np.ndarray:
+    """[k] the cluster each of k clusters becomes (itself, or the one it joins): one that talks
+    alone for less than `min_alone` joins its most similar remaining cluster (unit `centroids`
+    [k, d]), the quietest first, while more than `fewest` remain."""
+    k = len(alone)
+    into = np.arange(k)
+    kept = np.ones(k, dtype=bool)
+    for j in np.argsort(alone, kind="stable"):
+        if alone[j] >= min_alone or kept.sum() <= max(fewest, 1):
+            break
+        kept[j] = False
+        similarity = np.where(kept, centroids @ centroids[j], -np.inf)
+        into[into == j] = int(np.argmax(similarity))
+    return into
 
 
 def clean_frames(activity: np.ndarray) -> np.ndarray:

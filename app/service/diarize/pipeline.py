@@ -4,7 +4,8 @@
 steps (`activity`, `clustering`, `attribution`): an embedding per (window, local speaker) from the
 frames where that speaker talks alone (all its frames when it never does for long enough); those
 talking alone for at least `min_clean_fraction` of the window train the clustering, every one is
-assigned. Known speakers' reference clips are embedded whole.
+assigned. A cluster that talks alone for less than `min_alone_s` in the result is no speaker of
+its own: it joins its most similar cluster. Known speakers' reference clips are embedded whole.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ import numpy as np
 from app.engine.speakers import SpeakerModels, TooLittleSpeech
 from app.engine.speakers.segmentation import FRAME_DURATION_S, FRAME_STEP_S, WINDOW_SAMPLES
 from app.runtime.contract import SAMPLE_RATE
-from app.service.diarize.activity import UNASSIGNED, FrameGrid, Turn, clean_frames, speaker_turns
+from app.service.diarize.activity import (
+    UNASSIGNED,
+    FrameGrid,
+    Turn,
+    alone_frames,
+    clean_frames,
+    fold_quiet_speakers,
+    speaker_activity,
+    turns,
+)
 from app.service.diarize.attribution import SpeakerSegment, speaker_labels, speaker_segments
 from app.service.diarize.clustering import ClusteringOptions, SpeakerHints, cluster
 from app.service.results import Segment
@@ -34,12 +44,15 @@ class DiarizationOptions:
     clustering: ClusteringOptions = field(default_factory=ClusteringOptions)
     min_clean_fraction: float = 0.2  # pyannote 3.1's min_active_ratio
     known_threshold: float = 0.5  # cosine similarity that names a cluster after a reference
+    # less speech alone than this: no speaker of its own (the tuning seeds' least is 5.7 s)
+    min_alone_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not (
             0.0 < self.step_s <= 10.0
             and 0.0 <= self.min_clean_fraction <= 1.0
             and -1.0 <= self.known_threshold <= 1.0
+            and self.min_alone_s >= 0.0
         ):
             raise ValueError(f"invalid diarization options {self}")
 
@@ -108,9 +121,21 @@ class Diarizer:
         clusters = cluster(embeddings, train, hints, self.options.clustering)
         labels = clusters.labels.reshape(windows, local)
         labels[~talking.any(axis=1)] = UNASSIGNED
+        k = len(clusters.centroids)
+        binary = speaker_activity(activity, labels, starts, GRID, k)
+        into = fold_quiet_speakers(
+            alone_frames(binary) * GRID.step_s,
+            clusters.centroids,
+            self.options.min_alone_s,
+            hints.bounds(k)[0],
+        )
+        kept = into == np.arange(k)
+        if not kept.all():
+            renumbered = (np.cumsum(kept) - 1)[into]
+            labels = np.where(labels == UNASSIGNED, UNASSIGNED, renumbered[labels])
+            binary = speaker_activity(activity, labels, starts, GRID, int(kept.sum()))
         duration = len(audio) / SAMPLE_RATE
-        turns = speaker_turns(activity, labels, starts, GRID, duration)
-        return Diarization(turns, clusters.centroids)
+        return Diarization(turns(binary, GRID, duration), clusters.centroids[kept])
 
     def reference(self, clip: np.ndarray) -> np.ndarray:
         """The embedding of a known speaker's reference clip (all of it)."""
