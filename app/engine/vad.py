@@ -232,15 +232,15 @@ class SileroVad:
 
 @dataclass(frozen=True)
 class VadEvent:
-    """Speech began (`kind="start"`), paused (`"pause"`) or ended (`"end"`) at `sample`
-    (absolute, 16 kHz).
+    """Speech began (`kind="start"`), paused (`"pause"`), came back after a pause before the
+    silence became an end (`"resume"`) or ended (`"end"`) at `sample` (absolute, 16 kHz).
 
     An end is reported `min_silence_s` after the last speech chunk, a pause `pause_s` after it
     (when the stream watches for pauses; once per silence, before its end); the `sample` of
-    both is where the silence began (not padded).
+    both is where the silence began (not padded). A resume is at its first speech chunk.
     """
 
-    kind: Literal["start", "pause", "end"]
+    kind: Literal["start", "pause", "resume", "end"]
     sample: int
 
     @property
@@ -257,7 +257,8 @@ class VadStream:
     (chunks between the two thresholds neither start nor end silence). Speech shorter than
     `min_speech_s` still produces a start and an end: the caller decides what to do with it.
     With `pause_s` (shorter than `min_silence_s`), a silence inside speech that lasts `pause_s`
-    is reported as a pause first: the words before it are whole, though the speaker may go on.
+    is reported as a pause first: the words before it are whole, though the speaker may go on;
+    if they do before the silence is an end, that is reported as a resume.
     Memory is constant (at most one partial chunk is kept).
     """
 
@@ -302,13 +303,14 @@ class VadStream:
     def _decide(self, prob: float, chunk_start: int) -> VadEvent | None:
         opts = self.options
         if prob >= opts.threshold:
+            resumed = self._paused
             self._silence_start = None
             self._paused = False
             if not self.in_speech:
                 self.in_speech = True
                 self.speech_start = chunk_start
                 return VadEvent("start", chunk_start)
-            return None
+            return VadEvent("resume", chunk_start) if resumed else None
         if self.in_speech and prob < opts.exit_threshold:
             if self._silence_start is None:
                 self._silence_start = chunk_start

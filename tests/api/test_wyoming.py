@@ -57,9 +57,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, int]:
     stop_server(live)
 
 
-def jfk(rate: int, channels: int = 1) -> bytes:
-    """jfk.wav as 16-bit PCM at `rate` Hz, `channels` interleaved copies."""
-    audio, source_rate = sf.read(JFK_WAV, dtype="float32")
+def jfk(rate: int, channels: int = 1, path: Path = JFK_WAV) -> bytes:
+    """jfk.wav (or `path`) as 16-bit PCM at `rate` Hz, `channels` interleaved copies."""
+    audio, source_rate = sf.read(path, dtype="float32")
     audio = soxr.resample(audio, source_rate, rate)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
     return np.repeat(pcm[:, None], channels, axis=1).tobytes()
@@ -147,6 +147,16 @@ def test_speech_after_a_pause_is_in_the_transcript(server) -> None:
     text = normalise(text_of(events))
     assert text.count("and so my fellow americans") == 2, text  # the second one too
     assert text.endswith("what you can do for your country"), text
+
+
+def test_speech_after_a_pause_shorter_than_a_turn_end_is_in_the_transcript(server) -> None:
+    """1089-134691-0001 pauses 0.2-0.5 s after "waiting" (a pause, not the end of the turn),
+    then "but he could wait no longer": the pass started at that pause must be dropped when
+    the speech comes back, not answer without the last words."""
+    audio = jfk(16000, path=JFK_WAV.parent / "1089-134691-0001.flac")
+    events, _ = asyncio.run(utterance(server[1], audio, 16000, pace=CHUNK_S))  # heard live
+    text = normalise(text_of(events))
+    assert text.startswith("for a full hour") and text.endswith("wait no longer"), text
 
 
 def test_a_pause_before_the_stop_gives_the_same_transcript(server) -> None:

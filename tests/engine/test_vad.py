@@ -135,6 +135,21 @@ def test_stream_reports_each_pause_once_before_the_end(vad: SileroVad) -> None:
         VadStream(vad, pause_s=0)
 
 
+def test_stream_reports_speech_coming_back_after_a_pause(vad: SileroVad) -> None:
+    """A pause that does not become an end is followed by a resume at the next speech chunk
+    (1089-134691-0001 pauses 0.2-0.5 s after "waiting" and goes on)."""
+    audio = clip("1089-134691-0001.flac")
+    probs = vad.probs(audio, follow=True)
+    stream = VadStream(vad, VadOptions(min_silence_s=0.5), pause_s=0.2)
+    events = stream.feed(audio)
+    assert [e.kind for e in events] == ["start", "pause", "resume", "pause"], events
+    _, pause, resume, _ = events
+    first_speech = pause.sample // CHUNK_SAMPLES + 1 + int(
+        np.argmax(probs[pause.sample // CHUNK_SAMPLES + 1 :] >= 0.5)
+    )
+    assert resume.sample == first_speech * CHUNK_SAMPLES
+
+
 def test_collect_speech_and_restore_times(vad: SileroVad) -> None:
     audio = clip(JFK)
     spans = speech_timestamps(vad, audio)

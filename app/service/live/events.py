@@ -50,10 +50,11 @@ class SpeechStopped:
 class VoiceActivity:
     """The VAD as it hears the audio, before the session acts on it (while a pass decodes):
     speech began ("start"), a silence of the session's `pause_s` ("pause") or `min_silence_s`
-    ("end") began at `at`. What reacts to speech at once listens to these (a Wyoming
-    utterance's early pass); turns are `SpeechStarted`/`SpeechStopped`."""
+    ("end") began, or speech came back after a pause ("resume") at `at`. What reacts to speech
+    at once listens to these (a Wyoming utterance's early pass); turns are
+    `SpeechStarted`/`SpeechStopped`."""
 
-    kind: Literal["start", "pause", "end"]
+    kind: Literal["start", "pause", "resume", "end"]
     at: float
 
 

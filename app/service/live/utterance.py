@@ -93,10 +93,10 @@ class Utterance:
             self._samples += samples.shape[0]
 
     def voice(self, event: VoiceActivity) -> None:
-        """The session's VAD heard speech start, or a pause (then the speech's end)."""
+        """The session's VAD heard speech start or resume, or a pause (then the speech's end)."""
         if self._recorded is None:
             return
-        if event.kind == "start":
+        if event.kind in ("start", "resume"):
             self._paused = False
             self._drop_early()  # the speaker goes on
         elif not self._paused:
