@@ -258,7 +258,9 @@ class SttHandler:
         except Rejected:
             deps.admission.close()
             raise
-        runner = host.start(model, options, pcm, lambda e: self._on_event(runner, e))
+        runner = host.start(
+            model, options, pcm, lambda e: self._on_event(runner, e), hear_at_once=True
+        )
         utterance = Utterance(runner, model, host.pool, job, FINAL_PASS_MAX_S)
         self.current = _InFlight(deps, pcm, utterance)
         self.outbox.put(TranscriptStart(language=job.options.language or None).event())

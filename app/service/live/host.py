@@ -192,7 +192,11 @@ class LiveHost:
         options: StreamingOptions,
         pcm: PcmInput,
         on_event: Callable[[StreamEvent], None],
+        hear_at_once: bool = False,
     ) -> LiveRunner:
-        """A started runner of one session on the shared pool, with the server's limits."""
+        """A started runner of one session on the shared pool, with the server's limits
+        (`hear_at_once`: see `LiveRunner`)."""
         vad = self.models.vad if options.vad is not None else None
-        return LiveRunner(model.transcriber, options, vad, pcm, self.pool, self.limits, on_event)
+        return LiveRunner(
+            model.transcriber, options, vad, pcm, self.pool, self.limits, on_event, hear_at_once
+        )

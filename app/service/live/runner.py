@@ -1,9 +1,11 @@
 """Drives one live session from the event loop: the loop every live protocol shares.
 
     client audio -> append() -> session inbox; wake both
-    _listen():   woken -> listen() on a helper thread (the VAD hears the audio as it arrives,
-                          while a pass decodes: `VoiceActivity` events at once)
-    _process():  woken -> advance() on a helper thread (admission, applying the VAD's events)
+    _listen():   (only with `hear_at_once`) woken -> listen() on a helper thread: the VAD hears
+                 the audio as it arrives, while a pass decodes (`VoiceActivity` events at once,
+                 for a Wyoming utterance's early pass)
+    _process():  woken -> advance() on a helper thread (the VAD over what it has not heard yet,
+                         admission, applying the VAD's events)
                          -> decode() on the shared worker pool while a pass is due
     close():     flush (the resampler drained too), then wait until the session is idle
 
@@ -61,7 +63,12 @@ class LiveRunner:
         pool: WorkerPool,
         limits: LiveLimits,
         on_event: Callable[[StreamEvent], None],
+        hear_at_once: bool = False,
     ) -> None:
+        """hear_at_once: run the VAD as audio arrives, beside a decoding pass, not only at
+        admission between passes. On 2 cores that third thread slows the pass: the Realtime
+        protocol's median commit latency rose 0.05-0.14 s with it (stream_latency, tiny.en and
+        base); only what must hear a pause at once (a Wyoming utterance) asks for it."""
         self._loop = asyncio.get_running_loop()
         self._on_event = on_event
         self._session = StreamingSession(transcriber, options, vad, self._post)
@@ -74,8 +81,11 @@ class LiveRunner:
         self._closing = False
         self._to_hear = asyncio.Event()
         self._task = asyncio.create_task(self._process(), name="live-session")
-        self._listener = asyncio.create_task(self._listen(), name="live-vad")
-        self._task.add_done_callback(lambda _task: self._listener.cancel())
+        self._listener = (
+            asyncio.create_task(self._listen(), name="live-vad") if hear_at_once else None
+        )
+        if self._listener is not None:
+            self._task.add_done_callback(lambda _task: self._listener.cancel())
 
     @property
     def done(self) -> asyncio.Future[None]:
@@ -164,7 +174,8 @@ class LiveRunner:
     async def stop(self) -> None:
         """Stop at once (the client left, the session failed or is replaced)."""
         self._cancel.set()
-        self._listener.cancel()
+        if self._listener is not None:
+            self._listener.cancel()
         self._task.cancel()
         with contextlib.suppress(BaseException):
             await self._task
