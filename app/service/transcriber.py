@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import InitVar, dataclass, field
 
 import numpy as np
@@ -43,12 +43,12 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad
 from app.engine.vad_spans import collect_speech, speech_time_map, speech_timestamps
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
-from app.service.fallback import FallbackRule
 from app.service.options import TranscriptionOptions
 from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
 from app.service.text_stream import TextStream, WindowStream
-from app.service.windows import encode_window, file_segments, judged_silent, restore_times
-from app.service.words import WindowAudio, add_words
+from app.service.window_decode import DecodedWindow, WindowPlan, file_plan
+from app.service.windows import encode_window, file_segments, restore_times
+from app.service.words import WindowAudio, add_words, segment_words
 
 __all__ = [
     "Segment",
@@ -159,9 +159,7 @@ class Transcriber:
                 )
 
             with stats.timed("mel_s"):
-                mel = log_mel_spectrogram(
-                    lift_quiet(audio), self.n_mels, padding=N_SAMPLES_PER_WINDOW
-                )
+                mel = self.log_mel(audio, padding=N_SAMPLES_PER_WINDOW)
             content_frames = mel.shape[-1] - N_FRAMES
 
             language = options.language
@@ -204,6 +202,61 @@ class Transcriber:
             segments = restore_times(segments, time_map, stats.audio_s)
         return segments, info
 
+    # -- one window, for files and live passes ---------------------------------------------------
+
+    def log_mel(self, audio: np.ndarray, padding: int) -> np.ndarray:
+        """f32 [N] 16 kHz -> its log-mel [n_mels, frames], `padding` zeros appended first."""
+        return log_mel_spectrogram(lift_quiet(audio), self.n_mels, padding=padding)
+
+    def encode(self, features: np.ndarray) -> list[np.ndarray]:
+        """A window's log-mel [n_mels, <= 3000] -> its cross K/V, each [1, H, 1500, Dh]."""
+        return encode_window(self.sessions, features)
+
+    def decode_window(
+        self,
+        cross: list[np.ndarray],
+        plan: WindowPlan,
+        audio_s: float,
+        *,
+        on_token: Callable[[int], None] | None = None,
+        on_attempt: Callable[[bool], None] | None = None,
+        cancel: threading.Event | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> DecodedWindow:
+        """Decode the window of `cross` (its cross K/V; `audio_s` seconds of audio) by `plan`,
+        as openai/whisper's `decode_with_fallback`: its attempts in order until the rule accepts
+        one, else the rule's best; one `PrefixMemo` for all. on_token gets every attempt's
+        tokens; on_attempt(streams) is called before each (`WindowPlan.streams`). Raises
+        TranscriptionCancelled once `cancel` is set."""
+        memo = PrefixMemo()
+        results: list[DecodingResult] = []
+        for attempt, options in enumerate(plan.attempts):
+            task = DecodingTask(self.sessions, cross, self.tokenizer, options, memo=memo, rng=rng)
+            if on_attempt is not None:
+                on_attempt(plan.streams(attempt, task.no_speech_prob()))
+            try:
+                result = task.run(on_token, cancel)
+            except DecodingCancelled as e:
+                raise TranscriptionCancelled(str(e)) from e
+            results.append(result)
+            log.debug(
+                "T=%.1f: %d tokens, avg logprob %.2f, compression %.2f, no-speech %.2f%s",
+                options.temperature, len(result.tokens), result.avg_logprob,
+                result.compression_ratio, result.no_speech_prob,
+                ", looped" if result.looped else "",
+            )  # fmt: skip
+            if not plan.rule.retry(result):
+                break
+        else:
+            result = plan.rule.best(results)
+        return DecodedWindow(result, plan.verdict(result, audio_s), tuple(results))
+
+    def segment_words(
+        self, window: WindowAudio, segments: Sequence[Sequence[int]]
+    ) -> list[list[Word]]:
+        """Each segment's words (`segments`: their tokens), aligned to `window`'s audio."""
+        return segment_words(self.sessions, self.tokenizer, window, segments)
+
     # -- the window loop -------------------------------------------------------------------------
 
     @staticmethod
@@ -216,7 +269,7 @@ class Transcriber:
     ) -> list[np.ndarray]:
         size = min(N_FRAMES, content_frames - seek)
         with stats.timed("encoder_s"):
-            cross = encode_window(self.sessions, mel[:, seek : seek + max(size, 0)])
+            cross = self.encode(mel[:, seek : seek + max(size, 0)])
         stats.windows += 1
         return cross
 
@@ -259,16 +312,17 @@ class Transcriber:
             if job.stream is not None
             else None
         )
-        result = self._decode_with_fallback(job, cross, prompt, window)
-
-        if judged_silent(
-            result.no_speech_prob,
-            result.avg_logprob,
-            result.text,
-            segment_duration,
-            options.no_speech_threshold,
-            options.log_prob_threshold,
-        ):
+        plan = file_plan(options, job.language, prompt, options.prefix if seek == 0 else None)
+        decoded = self.decode_window(
+            cross, plan, segment_duration,
+            on_token=None if window is None else window.on_token,
+            on_attempt=None if window is None else window.new_attempt,
+            cancel=job.cancel, rng=job.rng,
+        )  # fmt: skip
+        for attempt, tried in enumerate(decoded.attempts):
+            stats.add_attempt(tried, fallback=attempt > 0)
+        result = decoded.result
+        if decoded.verdict == "silent":
             log.debug(
                 "window at %.2f s: no speech (p=%.2f, avg logprob %.2f), skipped",
                 time_offset,
@@ -329,48 +383,3 @@ class Transcriber:
         ):
             job.prompt_reset_since = len(job.all_tokens)
         return kept
-
-    def _decode_with_fallback(
-        self,
-        job: _LongForm,
-        cross: list[np.ndarray],
-        prompt: list[int],
-        window: WindowStream | None,
-    ) -> DecodingResult:
-        options, seek = job.options, job.seek
-        memo = PrefixMemo()  # this window's prefilled prompt, shared by every attempt
-        rule = FallbackRule.of(options)
-        results: list[DecodingResult] = []
-        prefix = options.prefix if seek == 0 else None
-        for attempt, temperature in enumerate(options.temperature):
-            decoding = options.decoding_options(
-                temperature, language=job.language, prompt=prompt, prefix=prefix
-            )
-            task = DecodingTask(
-                self.sessions, cross, self.tokenizer, decoding, memo=memo, rng=job.rng
-            )
-            on_token = None
-            if window is not None:
-                # hold back retries, and windows that may be skipped as silence
-                maybe_silent = rule.maybe_silent(task.no_speech_prob())
-                window.new_attempt(live=attempt == 0 and not maybe_silent)
-                on_token = window.on_token
-            try:
-                result = task.run(on_token, job.cancel)
-            except DecodingCancelled as e:
-                raise TranscriptionCancelled(str(e)) from e
-            job.stats.add_attempt(result, fallback=attempt > 0)
-            results.append(result)
-            log.debug(
-                "seek %d, T=%.1f: %d tokens, avg logprob %.2f, compression %.2f, no-speech %.2f%s",
-                seek,
-                temperature,
-                len(result.tokens),
-                result.avg_logprob,
-                result.compression_ratio,
-                result.no_speech_prob,
-                ", looped" if result.looped else "",
-            )
-            if not rule.retry(result):
-                return result
-        return rule.best(results)

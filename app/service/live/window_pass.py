@@ -1,13 +1,14 @@
 """One live pass: the buffer's audio through the window pipeline, as timed words.
 
-The same steps as a file's window (`app.service.windows`, `app.service.words`): log-mel of the
-audio (1 s of zeros after it gives the frames the file path gets from its appended 30 s), one
-encoder call, greedy decoding with timestamps after the forced prefix of committed segments, the
-cut into `WindowSegment`s (`split_window`), then the words (`Word`): aligned — the alignment
-heads' attention for word times and AlignAtt's peaks — when the session needs them, else the
-one word split (`split_words`) spread over each segment. A pass judged silent (Whisper's
-no-speech probability with a low average log-prob or a text too long for its audio, and nothing
-forced: `app.service.windows.judged_silent`) or caught in a repetition loop gives no words.
+The same steps as a file's window, through the same `Transcriber` calls: log-mel of the audio
+(1 s of zeros after it gives the frames the file path gets from its appended 30 s), one encoder
+call, the one window decode (`app.service.window_decode`) by the pass's plan (`pass_plan`: one
+greedy attempt with timestamps after the forced prefix of committed segments), the cut into
+`WindowSegment`s (`split_window`), then the words (`Word`): aligned — the alignment heads'
+attention for word times and AlignAtt's peaks — when the session needs them, else the one word
+split (`split_words`) spread over each segment. A pass judged silent (nothing forced, and
+Whisper's no-speech rule or a text too long for its audio) or caught in a repetition loop gives
+no words.
 """
 
 from __future__ import annotations
@@ -19,18 +20,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from app.engine.audio import lift_quiet
-from app.engine.decoding import DecodingTask
-from app.engine.decoding_types import DecodingCancelled, DecodingOptions, DecodingResult
-from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
+from app.engine.decoding_types import DecodingOptions, DecodingResult
+from app.engine.mel import HOP_LENGTH
 from app.engine.timing import frame_levels, start_at_speech
 from app.engine.tokenizer import Tokenizer
 from app.engine.words import Word, split_words
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.service.fallback import FallbackRule
 from app.service.live.options import StreamingOptions
 from app.service.transcriber import Transcriber, TranscriptionCancelled
-from app.service.windows import WindowSegment, encode_window, judged_silent, split_window
-from app.service.words import WindowAudio, segment_words
+from app.service.window_decode import WindowPlan
+from app.service.windows import WindowSegment, split_window
+from app.service.words import WindowAudio
 
 log = logging.getLogger(__name__)
 
@@ -84,46 +85,26 @@ class PassRunner:
     ) -> Pass:
         audio = request.audio[:N_SAMPLES_PER_WINDOW]
         start, end = request.start, request.start + audio.shape[0]
-        sessions, tok, prefix = self.transcriber.sessions, self.tokenizer, request.prefix
-        mel = log_mel_spectrogram(lift_quiet(audio), self.transcriber.n_mels, padding=SAMPLE_RATE)
-        content = min(audio.shape[0] // HOP_LENGTH, N_FRAMES)
-        features = mel[:, :content]
+        transcriber, tok, prefix = self.transcriber, self.tokenizer, request.prefix
+        mel = transcriber.log_mel(audio, padding=SAMPLE_RATE)
+        features = mel[:, : min(audio.shape[0] // HOP_LENGTH, N_FRAMES)]
         if cancel is not None and cancel.is_set():
             raise TranscriptionCancelled("stream closed")
-        cross = encode_window(sessions, features)  # [1, H, 1500, Dh] each
-        options = DecodingOptions(
-            task=self.options.task,
-            language=self.language,
-            temperature=0.0,
-            prompt=request.prompt or None,
-            prefix=prefix or None,
-            max_initial_timestamp=None if prefix else 1.0,
-            kv_cache=self.options.kv_cache,
-        )
-        task = DecodingTask(sessions, cross, tok, options)
-        if self.language is None:
-            self.language = task.language
-            log.info("stream language detected: %s", self.language)
-        try:
-            result = task.run(on_token, cancel)
-        except DecodingCancelled as e:
-            raise TranscriptionCancelled(str(e)) from e
+        cross = transcriber.encode(features)  # [1, H, 1500, Dh] each
         duration = audio.shape[0] / SAMPLE_RATE
-        silent = not prefix and judged_silent(
-            result.no_speech_prob,
-            result.avg_logprob,
-            result.text,
-            duration,
-            self.options.no_speech_threshold,
-            self.options.log_prob_threshold,
-        )
-        if silent or result.looped:
+        plan = pass_plan(self.options, self.language, request.prompt, prefix)
+        decoded = transcriber.decode_window(cross, plan, duration, on_token=on_token, cancel=cancel)
+        result = decoded.result
+        if self.language is None:
+            self.language = result.language
+            log.info("stream language detected: %s", self.language)
+        if decoded.verdict != "speech":
             log.debug(
                 "pass over %.2f s dropped: %s (no-speech %.2f, avg logprob %.2f)",
-                duration, "looped" if result.looped else "no speech",
-                result.no_speech_prob, result.avg_logprob,
+                duration, decoded.verdict, result.no_speech_prob, result.avg_logprob,
             )  # fmt: skip
-            return Pass([], [], start, end, None if silent else result, self.language)
+            kept = None if decoded.verdict == "silent" else result
+            return Pass([], [], start, end, kept, self.language)
         segments = split_window((*prefix, *result.tokens), tok.timestamp_begin, duration)
         offset_s = start / SAMPLE_RATE
         if self.options.aligned:
@@ -131,7 +112,7 @@ class PassRunner:
                 cross, features, 0.0, tuple(tok.sot_sequence(self.language, self.options.task)),
                 self.language,
             )  # fmt: skip
-            groups = segment_words(sessions, tok, window, [s.tokens for s in segments])
+            groups = transcriber.segment_words(window, [s.tokens for s in segments])
             words = aligned_words(groups, frame_levels(features), offset_s)
         else:
             words = spread_words(tok, segments, offset_s, self.language)
@@ -140,6 +121,29 @@ class PassRunner:
             duration, len(prefix), len(result.tokens), len(segments), len(words),
         )  # fmt: skip
         return Pass(words, segments, start, end, result, self.language)
+
+
+def pass_plan(
+    options: StreamingOptions,
+    language: str | None,
+    prompt: tuple[int, ...],
+    prefix: tuple[int, ...],
+) -> WindowPlan:
+    """A pass's plan (`app.service.window_decode`): one greedy attempt with timestamps after the
+    forced `prefix` (its first timestamp free when there is one); judged silent only when nothing
+    is forced; a loop is no text; its tokens are partial text, so none is held back."""
+    attempt = DecodingOptions(
+        task=options.task,
+        language=language,
+        temperature=0.0,
+        prompt=prompt or None,
+        prefix=prefix or None,
+        max_initial_timestamp=None if prefix else 1.0,
+        kv_cache=options.kv_cache,
+    )
+    rule = FallbackRule(None, options.log_prob_threshold, options.no_speech_threshold)
+    return WindowPlan((attempt,), rule, judge_silence=not prefix, drop_loops=True,
+                      hold_doubtful=False)  # fmt: skip
 
 
 def aligned_words(groups: list[list[Word]], levels: np.ndarray, offset_s: float) -> list[Word]:

@@ -1,0 +1,92 @@
+"""How one 30 s window is decoded, for a file's windows and a live stream's passes alike: a
+frozen `WindowPlan` (the attempts, the rule that judges them) goes into the one decode,
+`Transcriber.decode_window`, and a `DecodedWindow` (the chosen result and its verdict, as data)
+comes out. The caller executes the verdict.
+
+Shaped after openai/whisper's `decode_with_fallback`: the attempts run in order (rising
+temperatures) until the `FallbackRule` accepts one; when it accepts none, it picks the best of
+them. The attempts share one `PrefixMemo`, so the prompt is prefilled once per window.
+
+- A file window (`file_plan`): the options' temperature schedule; may be judged silent; a looped
+  result, when it is the best the attempts gave, is still text. Its streamed text cannot be taken
+  back, so only the first attempt streams, and not when the window may be judged silent.
+- A live pass (`app.service.live.window_pass.pass_plan`): one greedy attempt after the forced
+  prefix; judged silent only when nothing is forced (a forced prefix is speech already heard); a
+  looped result is no text. Its tokens are partial text, replaced by the next pass: all stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from app.engine.decoding_types import DecodingOptions, DecodingResult
+from app.service.fallback import FallbackRule
+from app.service.options import TranscriptionOptions
+from app.service.windows import judged_silent
+
+Verdict = Literal["speech", "silent", "looped"]
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """How one window is decoded and judged.
+
+    attempts: each attempt's options, in order; the next runs when `rule` retries.
+    judge_silence: the window may be judged silent (`judged_silent`, on `rule`'s thresholds).
+    drop_loops: a result the repetition guard cut off is no text (verdict "looped").
+    hold_doubtful: streamed text cannot be taken back, so an attempt that may be judged silent
+        streams nothing.
+    """
+
+    attempts: tuple[DecodingOptions, ...]
+    rule: FallbackRule
+    judge_silence: bool = True
+    drop_loops: bool = False
+    hold_doubtful: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.attempts:
+            raise ValueError("a window plan needs at least one attempt")
+
+    def streams(self, attempt: int, no_speech_prob: float) -> bool:
+        """Whether the tokens of `attempt` (0-based) may be streamed as they are decoded: the
+        first attempt's, unless the window may be judged silent and such text is held back."""
+        doubtful = self.hold_doubtful and self.rule.maybe_silent(no_speech_prob)
+        return attempt == 0 and not doubtful
+
+    def verdict(self, result: DecodingResult, audio_s: float) -> Verdict:
+        """What the chosen result of a window of `audio_s` seconds is."""
+        rule = self.rule
+        if self.judge_silence and judged_silent(
+            result.no_speech_prob, result.avg_logprob, result.text, audio_s,
+            rule.no_speech_threshold, rule.log_prob_threshold,
+        ):  # fmt: skip
+            return "silent"
+        if self.drop_loops and result.looped:
+            return "looped"
+        return "speech"
+
+
+@dataclass(frozen=True)
+class DecodedWindow:
+    """result: the chosen attempt; attempts: every attempt's result, in order."""
+
+    result: DecodingResult
+    verdict: Verdict
+    attempts: tuple[DecodingResult, ...]
+
+
+def file_plan(
+    options: TranscriptionOptions,
+    language: str,
+    prompt: Sequence[int],
+    prefix: str | None,
+) -> WindowPlan:
+    """A file window's plan: an attempt per temperature of `options`, its fallback rule."""
+    attempts = tuple(
+        options.decoding_options(t, language=language, prompt=prompt, prefix=prefix)
+        for t in options.temperature
+    )
+    return WindowPlan(attempts, FallbackRule.of(options))
