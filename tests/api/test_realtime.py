@@ -143,9 +143,16 @@ JFK_LAST_TURN_ENDS_AFTER_MS = 9_500  # "... ask what you can do for your country
 def jfk_heard_and_completed(run: Run) -> bool:
     """Every item completed, and the VAD closed a turn after jfk's last words: the server has
     heard the whole clip. Under load it lags behind a client that has sent everything, so
-    `all_completed` alone could end the run before the last turn even started."""
-    ends = [e["audio_end_ms"] for e in run.of("input_audio_buffer.speech_stopped")]
-    return all_completed(run) and bool(ends) and ends[-1] >= JFK_LAST_TURN_ENDS_AFTER_MS
+    `all_completed` alone could end the run before the last turn even started; and the turn's
+    own item must be completed (its `speech_stopped` comes before its `committed`)."""
+    stops = run.of("input_audio_buffer.speech_stopped")
+    last_completed = bool(stops) and any(
+        e["item_id"] == stops[-1]["item_id"] for e in run.of(COMPLETED)
+    )
+    return (
+        all_completed(run) and last_completed
+        and stops[-1]["audio_end_ms"] >= JFK_LAST_TURN_ENDS_AFTER_MS
+    )  # fmt: skip
 
 
 def check_items(run: Run) -> None:
