@@ -1,0 +1,42 @@
+"""What speakers add to the end-to-end time of a transcription (issue 33: at most 25 %), with
+the service's own runtime: the 60 s earnings clip transcribed plain, with word timing, and with
+speakers (word timing + diarization), alternated, `--runs` times each; medians. Whisper runs on
+the service's default execution provider and device (OpenVINO, AUTO) and the speaker models
+where the service puts them (ONNX Runtime's CPU provider on a CPU), `--threads` threads.
+`diarization.py` measures the same with every model on the CPU provider, beside DER.
+
+    .venv/bin/python benchmarks/diarization_e2e.py --model base --runs 5
+
+Writes benchmarks/results/diarization_e2e.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from app.engine.vad import SileroVad  # noqa: E402
+from app.runtime.sessions import RuntimeOptions  # noqa: E402
+from benchmarks.common import add_args, header, start_load, write  # noqa: E402
+from benchmarks.diarization import MODELS, end_to_end  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="base", help="Whisper model (default base)")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each kind (median)")
+    add_args(parser)
+    args = parser.parse_args()
+    load_before = start_load(args)
+    vad = SileroVad.load(MODELS / "silero_vad.onnx")
+    lines = end_to_end(args.model, RuntimeOptions(threads=args.threads), vad, args.runs)
+    title = "Speakers in the end-to-end time of a transcription (the service's runtime)"
+    write(args.out_dir / "diarization_e2e.md", [*header(title, load_before), "", *lines])
+
+
+if __name__ == "__main__":
+    main()
