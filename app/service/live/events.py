@@ -48,7 +48,8 @@ class SpeechStopped:
 
 @dataclass(frozen=True)
 class VoiceActivity:
-    """The VAD as it hears the audio, before the session acts on it (while a pass decodes):
+    """The VAD as it hears the audio, before the session acts on it (while a pass decodes when
+    the runner hears at once, `LiveRunner(hear_at_once=True)`; else at admission):
     speech began ("start"), a silence of the session's `pause_s` ("pause") or `min_silence_s`
     ("end") began, or speech came back after a pause ("resume") at `at`. What reacts to speech
     at once listens to these (a Wyoming utterance's early pass); turns are
