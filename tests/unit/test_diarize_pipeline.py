@@ -11,7 +11,10 @@ import pytest
 
 from app.engine.audio import decode_audio
 from app.engine.speakers import load_speaker_models
+from app.engine.speakers.fbank import fbank
+from app.engine.speakers.segmentation import WINDOW_SAMPLES
 from app.runtime.sessions import RuntimeOptions
+from app.service.diarize.activity import clean_frames
 from app.service.diarize.clustering import SpeakerHints
 from app.service.diarize.job import LazyDiarizer
 from app.service.diarize.pipeline import Diarization, DiarizationOptions, Diarizer
@@ -56,6 +59,30 @@ def test_turns_follow_the_speakers(found: Diarization, talk) -> None:
         assert sum(t.end - t.start for t in inside) > b - a - 1.2, (a, b, found.turns)
         speakers.append(inside[0].speaker)
     assert speakers[0] == speakers[2] != speakers[1]
+
+
+def test_one_fbank_per_window_gives_each_speakers_embedding_unchanged(
+    diarizer: Diarizer, talk
+) -> None:
+    """The pipeline computes a window's fbank once for all its local speakers: each speaker's
+    embedding is exactly the one of the window and its mask."""
+    audio, _ = talk
+    activity = diarizer.segmentation(audio)
+    clean = clean_frames(activity)
+    compared = 0
+    for c, start in enumerate(diarizer.segmentation.window_starts(len(audio))):
+        first = round(float(start) * RATE)
+        window = np.pad(audio[first : first + WINDOW_SAMPLES], (0, WINDOW_SAMPLES))
+        window = window[:WINDOW_SAMPLES]
+        rows = fbank(window)
+        for s in range(activity.shape[2]):
+            for mask in (activity[c, :, s], clean[c, :, s].astype(np.float32)):
+                if mask.sum() < 30:
+                    continue
+                once = diarizer.embedding.of_fbank(rows, WINDOW_SAMPLES, mask)
+                np.testing.assert_array_equal(once, diarizer.embedding(window, mask))
+                compared += 1
+    assert compared >= 6
 
 
 def test_a_reference_clip_matches_its_speakers_cluster(

@@ -1,6 +1,7 @@
 """Speaker embeddings (CAM++, 192-d) of a stretch of audio, optionally of the frames a mask keeps.
 
-The Kaldi fbank of the whole stretch is computed once (`fbank`); a mask keeps the frames where
+The Kaldi fbank of the whole stretch is computed once (`fbank`; `of_fbank` takes it computed
+already, to embed several speakers of one window from one fbank); a mask keeps the frames where
 one speaker talks (pyannote's way: the mask, at any rate spread evenly over the audio, is read
 at each fbank frame's centre), the kept frames are mean-normalised and go through the model
 together. The result is L2-normalised, so a dot product is the cosine similarity.
@@ -35,6 +36,20 @@ def frames_kept(n_samples: int, mask: np.ndarray | None) -> np.ndarray:
     return mask[index].astype(np.float32) > 0.5
 
 
+def kept_features(rows: np.ndarray, n_samples: int, mask: np.ndarray | None) -> np.ndarray:
+    """The model's input f32 [kept frames, 80] from the fbank `rows` of `n_samples` samples:
+    the rows `mask` keeps, mean-normalised. Raises `TooLittleSpeech` below `MIN_FRAMES`."""
+    keep = frames_kept(n_samples, mask)
+    if len(rows) != len(keep):
+        raise ValueError(f"{len(rows)} fbank rows for {n_samples} samples ({len(keep)} frames)")
+    if keep.sum() < MIN_FRAMES:
+        raise TooLittleSpeech(
+            f"{int(keep.sum())} frames of speech kept, an embedding needs {MIN_FRAMES} "
+            f"({MIN_FRAMES * FRAME_SHIFT / 16:.0f} ms)"
+        )
+    return mean_normalised(rows[keep])
+
+
 class SpeakerEmbedding:
     """CAM++ on the ONNX session `session`; thread-safe (the session is)."""
 
@@ -49,18 +64,19 @@ class SpeakerEmbedding:
         audio = np.asarray(audio, np.float32)
         if audio.ndim != 1:
             raise ValueError(f"audio must be 1-D [N] samples, got shape {audio.shape}")
-        keep = frames_kept(len(audio), mask)
-        if keep.sum() < MIN_FRAMES:
-            raise TooLittleSpeech(
-                f"{int(keep.sum())} frames of speech kept, an embedding needs {MIN_FRAMES} "
-                f"({MIN_FRAMES * FRAME_SHIFT / 16:.0f} ms)"
-            )
-        return mean_normalised(fbank(audio)[keep])
+        return kept_features(fbank(audio), len(audio), mask)
 
     def __call__(self, audio: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """16 kHz mono f32 audio [N] (and a mask [M], see the module docstring) -> f32 [192],
         L2-normalised. Raises `TooLittleSpeech` below `MIN_FRAMES` kept frames."""
-        features = self.features(audio, mask)
+        return self._embed(self.features(audio, mask))
+
+    def of_fbank(self, rows: np.ndarray, n_samples: int, mask: np.ndarray) -> np.ndarray:
+        """`self(audio, mask)` from `rows = fbank(audio)` (`n_samples` long), computed once for
+        all the speakers of a stretch of audio: the same vector."""
+        return self._embed(kept_features(rows, n_samples, mask))
+
+    def _embed(self, features: np.ndarray) -> np.ndarray:
         (embedding,) = self._session.run(
             [io.EMBEDDING_OUTPUT], {io.EMBEDDING_INPUT: features[None]}, self._run_options
         )

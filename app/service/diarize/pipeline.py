@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.engine.speakers import SpeakerModels, TooLittleSpeech
+from app.engine.speakers.fbank import fbank
 from app.engine.speakers.segmentation import FRAME_DURATION_S, FRAME_STEP_S, WINDOW_SAMPLES
 from app.runtime.contract import SAMPLE_RATE
 from app.service.diarize.activity import (
@@ -101,15 +102,17 @@ class Diarizer:
         for c in range(windows):
             if cancel is not None and cancel.is_set():
                 raise TranscriptionCancelled("diarization cancelled")
+            if not talking[c].any():
+                continue
             first = round(float(starts[c]) * SAMPLE_RATE)
-            window = _padded(audio[first : first + step], step)
+            rows = fbank(_padded(audio[first : first + step], step))  # once for its speakers
             for s in range(local):
                 if not talking[c, :, s].any():
                     continue
                 n_clean = int(clean[c, :, s].sum())
                 mask = clean[c, :, s] if n_clean >= MIN_MASK_FRAMES else talking[c, :, s]
                 try:
-                    vector = self.embedding(window, mask.astype(np.float32))
+                    vector = self.embedding.of_fbank(rows, step, mask.astype(np.float32))
                 except TooLittleSpeech:
                     continue  # a few frames only: left out of the clustering
                 if embeddings.shape[1] == 0:
