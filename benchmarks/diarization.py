@@ -34,7 +34,12 @@ from app.engine.vad import SileroVad
 from app.runtime.sessions import RuntimeOptions
 from app.service.diarize.activity import Turn
 from app.service.diarize.clustering import SpeakerHints
-from app.service.diarize.job import SpeakerJob, transcribe_speakers
+from app.service.diarize.job import (
+    SPEAKER_THREADS,
+    LazyDiarizer,
+    SpeakerJob,
+    transcribe_speakers,
+)
 from app.service.diarize.pipeline import DiarizationOptions, Diarizer
 from app.service.jobs import TranscriptionJob
 from app.service.model_open import OpenOptions, open_model, rss_bytes
@@ -117,18 +122,24 @@ def transcript_words(model: LoadedModel, audio: np.ndarray) -> list:
     return [w for s in result.segments for w in (s.words or ())]
 
 
-def end_to_end(model: str, runtime: RuntimeOptions, vad: SileroVad, runs: int) -> list[str]:
+def end_to_end(
+    model: str,
+    runtime: RuntimeOptions,
+    vad: SileroVad,
+    runs: int,
+    speaker_threads: int = SPEAKER_THREADS,
+) -> list[str]:
     """Median time of transcribing the 60 s earnings clip with and without speakers (the speaker
-    models loaded and warm), and the RSS the speaker models add (measured after a word-timed
-    transcription, so word timing's own first use is not counted)."""
+    models loaded as the service loads them, `speaker_threads` threads each, and warm), and the
+    RSS the speaker models add (measured after a word-timed transcription, so word timing's own
+    first use is not counted)."""
     clip = REPO / "tests" / "data" / "audio" / "earnings22_1_4482311_3_62.wav"
     loaded = open_model(model, MODELS / model, OpenOptions(runtime=runtime), vad)
     job = TranscriptionJob(clip.read_bytes(), loaded.base_options, "transcribe")
     timed = replace(job, options=replace(job.options, word_timestamps=True))
     loaded.transcribe(timed)  # word timing's first use is not the speaker models' cost
     before = rss_bytes()
-    options = DiarizationOptions()
-    diarizer = Diarizer(load_speaker_models(MODELS, runtime, step_s=options.step_s), options)
+    diarizer = LazyDiarizer(MODELS, runtime, threads=speaker_threads).get()  # as the service
     transcribe_speakers(loaded, diarizer, job, SpeakerJob())  # warm
     grown = (rss_bytes() - before) / 1e6
     runs_s: dict[str, list[float]] = {"plain": [], "words": [], "speakers": []}
@@ -144,7 +155,8 @@ def end_to_end(model: str, runtime: RuntimeOptions, vad: SileroVad, runs: int) -
     p, w, d = (float(np.median(runs_s[k])) for k in ("plain", "words", "speakers"))
     return [
         f"End to end on the 60 s earnings clip with {model} (median of {runs}): transcription "
-        f"{p:.1f} s, with word timing {w:.1f} s, with speakers (word timing + diarization) "
+        f"{p:.1f} s, with word timing {w:.1f} s, with speakers (word timing + diarization beside "
+        f"it, the speaker models on {speaker_threads} thread(s)) "
         f"{d:.1f} s: +{100 * (d - p) / p:.0f} % over plain, +{100 * (d - w) / w:.0f} % over word "
         f"timing. The speaker models and a first diarization add {grown:.0f} MB RSS.",
     ]

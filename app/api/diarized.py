@@ -3,7 +3,8 @@
 One job on the worker pool transcribes with word timing and diarizes (`transcribe_speakers`);
 the answer is `diarized_json` (OpenAI's shape), verbose_json / srt / vtt with speakers, or json /
 text for the diarizing model name. With `stream=true` each transcript segment's speaker runs are
-sent as `transcript.text.segment` events as the segment is finished, then `transcript.text.done`;
+sent as `transcript.text.segment` events as the segment is finished (those finished before the
+speaker turns are known, as soon as they are), then `transcript.text.done`;
 a failure before the first event is a plain HTTP error, after it an `error` event.
 """
 
@@ -112,8 +113,8 @@ async def _stream(
     metrics: Metrics,
     clock: Stopwatch,
 ) -> Response:
-    """Speaker segments as SSE as the transcript's segments finish (the audio is diarized
-    first), then the whole text."""
+    """Speaker segments as SSE as the transcript's segments finish (and the speaker turns are
+    known: the audio is diarized beside the transcription), then the whole text."""
     loaded = lease.model
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[SpeakerSegment, ...] | None] = asyncio.Queue()

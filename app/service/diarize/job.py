@@ -1,8 +1,9 @@
 """A transcription with speakers: one blocking job on the worker pool.
 
-The upload is decoded once; the known speakers' reference clips are checked and embedded, the
-audio diarized, then transcribed with word timing; each transcript segment is split by speaker as
-it is finished (`on_segments`, for streaming). The speaker models load on first use
+The upload is decoded once; the known speakers' reference clips are checked and embedded and the
+audio diarized on a thread of its own while it is transcribed with word timing on the worker's;
+each transcript segment is split by speaker once it is finished and the speaker turns are known
+(`on_segments`, for streaming). The speaker models load on first use
 (`LazyDiarizer`, one per server); a server without them refuses diarization with a message saying
 how to build them.
 """
@@ -29,6 +30,7 @@ from app.service.diarize.attribution import (
     speaker_segments,
     word_speaker,
 )
+from app.service.diarize.beside import HeldSegments, Stop, beside
 from app.service.diarize.clustering import SpeakerHints
 from app.service.diarize.pipeline import DiarizationOptions, Diarizer
 from app.service.errors import Rejected
@@ -38,6 +40,9 @@ from app.service.results import Segment
 
 log = logging.getLogger(__name__)
 
+# intra-op threads of each speaker model: they run beside Whisper, whose decoder loop leaves a core
+# free part of the time, not all of it (2 cores: benchmarks/results/diarization_e2e.md)
+SPEAKER_THREADS = 1
 REFERENCE_S = (2.0, 10.0)  # OpenAI's bounds on a known speaker's reference clip
 REFERENCES_PARAM = "known_speaker_references[]"
 
@@ -70,14 +75,19 @@ class DiarizedResult:
 
 class LazyDiarizer:
     """The diarizer over `<models_dir>/diarization`, loaded by the first request that needs it
-    (thread-safe: concurrent first requests load it once). `get` raises `Rejected`
-    (unavailable) while the models are not built; a later build is picked up."""
+    (thread-safe: concurrent first requests load it once) on `runtime`'s device with
+    `threads` threads per model. `get` raises `Rejected` (unavailable) while the models are not
+    built; a later build is picked up."""
 
     def __init__(
-        self, models_dir: Path, runtime: RuntimeOptions, options: DiarizationOptions | None = None
+        self,
+        models_dir: Path,
+        runtime: RuntimeOptions,
+        options: DiarizationOptions | None = None,
+        threads: int = SPEAKER_THREADS,
     ) -> None:
         self._models_dir = models_dir
-        self._runtime = runtime
+        self._runtime = replace(runtime, threads=threads)
         self._options = options or DiarizationOptions()
         self._lock = threading.Lock()
         self._diarizer: Diarizer | None = None
@@ -152,19 +162,33 @@ def transcribe_speakers(
     cancel: threading.Event | None = None,
     on_segments: Callable[[tuple[SpeakerSegment, ...]], None] | None = None,
 ) -> DiarizedResult:
-    """Transcribe `job` with word timing and say who spoke each word (blocking)."""
+    """Transcribe `job` with word timing and say who spoke each word (blocking).
+
+    The speaker pass (known speakers' clips, then the audio) runs on a thread of its own beside
+    the transcription, which runs on the calling thread: Whisper's decoder loop leaves a core
+    free much of the time. Segments finished before the speaker turns are known are held and go
+    to `on_segments` in order as soon as they are. `cancel` stops both; either failing stops the
+    other and its error is raised; the call returns once both have ended."""
     job = replace(job, options=replace(job.options, word_timestamps=True))
-    known = known_embeddings(diarizer, speakers.known)
     audio = decode_audio(job.audio, SAMPLE_RATE, max_duration_s=job.max_audio_s)
-    started = time.perf_counter()
-    diarization = diarizer(audio, speakers.hints, cancel)
-    labels = diarization.labels(known, diarizer.options.known_threshold)
-    log.info("diarized %.1f s in %.2f s: %d speakers, %d turns", len(audio) / SAMPLE_RATE,
-             time.perf_counter() - started, len(labels), len(diarization.turns))  # fmt: skip
+    stop = Stop(cancel)
+    held: HeldSegments[Segment, tuple[SpeakerSegment, ...]] = HeldSegments(
+        on_segments or (lambda _runs: None)
+    )
 
-    def split(segment: Segment) -> None:
-        if on_segments is not None:
-            on_segments(speaker_segments([segment], diarization.turns, labels))
+    def speaker_pass() -> tuple[tuple[Turn, ...], dict[int, str]]:
+        known = known_embeddings(diarizer, speakers.known)
+        started = time.perf_counter()
+        diarization = diarizer(audio, speakers.hints, stop)
+        labels = diarization.labels(known, diarizer.options.known_threshold)
+        log.info("diarized %.1f s in %.2f s: %d speakers, %d turns", len(audio) / SAMPLE_RATE,
+                 time.perf_counter() - started, len(labels), len(diarization.turns))  # fmt: skip
+        held.release(lambda segment: speaker_segments([segment], diarization.turns, labels))
+        return diarization.turns, labels
 
-    result = model.transcribe_samples(audio, job, cancel=cancel, on_segment=split)
-    return DiarizedResult(result, diarization.turns, labels)
+    def transcription() -> TranscriptionResult:
+        listen = held.add if on_segments is not None else None
+        return model.transcribe_samples(audio, job, cancel=stop, on_segment=listen)
+
+    result, (turns, labels) = beside(transcription, speaker_pass, stop, name="speakers")
+    return DiarizedResult(result, turns, labels)
