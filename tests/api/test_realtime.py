@@ -212,6 +212,29 @@ def test_server_vad_items_stream_deltas_while_speaking(server: LiveServer, jfk_r
     assert first_delta < run.audio_end_t - 2.0
 
 
+def test_a_commit_ahead_of_the_server_holds_all_its_audio(
+    server: LiveServer, jfk_rest: str
+) -> None:
+    """Server VAD on, and the client sends jfk faster than the server reads it (a burst, as a
+    busy server sees real-time audio) and commits: the item holds everything sent before the
+    commit and completes once the server has read it all. The pauses the VAD then finds in
+    that audio are not turns of their own: before, the first of them completed the item with
+    "And so my fellow Americans." and the rest went to items the client never saw committed."""
+    audio = pcm16(clip(JFK_WAV, 24000))
+
+    async def commit(conn: Any) -> None:
+        await conn.input_audio_buffer.commit()
+
+    run = asyncio.run(
+        sdk_run(server, None, audio, bytes_per_s=48000, speed=None, after=commit,
+                done=lambda r: bool(r.of(COMPLETED)))
+    )  # fmt: skip
+    check_items(run)
+    assert len(run.of("input_audio_buffer.committed")) == 1
+    assert not run.of("input_audio_buffer.speech_started")  # no turn inside committed audio
+    assert_close(run.transcript, jfk_rest, JFK_MAX_WER)
+
+
 def test_client_commits_without_turn_detection(server: LiveServer, jfk_rest: str) -> None:
     """turn_detection null: one item per client commit; an empty commit is an error and the
     session goes on."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from app.engine.vad import SileroVad, VadOptions
 from app.engine.vad_spans import spans_from_probs
@@ -52,10 +53,20 @@ def check_events(events: list[StreamEvent], text: str) -> None:
     assert [s.id for s in segments] == list(range(len(segments)))
 
 
-def test_jfk_with_vad(tiny_tr: Transcriber, vad: SileroVad) -> None:
+@pytest.fixture(scope="module")
+def jfk_session(
+    tiny_tr: Transcriber, vad: SileroVad
+) -> tuple[StreamingSession, list[StreamEvent]]:
+    """jfk through a session with the default options (1 s step, VAD on), run once for the
+    module: the session and its events."""
     events: list[StreamEvent] = []
     session = StreamingSession(tiny_tr, StreamingOptions(language="en"), vad, events.append)
     run_session(session, clip(JFK))
+    return session, events
+
+
+def test_jfk_with_vad(jfk_session: tuple[StreamingSession, list[StreamEvent]]) -> None:
+    session, events = jfk_session
     check_events(events, session.text)
     words = normalise(session.text).split()
     reference = JFK_TEXT.split()
@@ -97,7 +108,8 @@ def test_silence_is_never_decoded(tiny_tr: Transcriber, vad: SileroVad) -> None:
     run_session(session, quiet)
     assert session.text == ""
     assert session.stats().passes == 0
-    assert events == [Finalized("flush")]  # nothing heard; the client's commit is answered
+    # nothing heard; the client's commit is answered where the audio ends
+    assert events == [Finalized("flush", len(quiet) / 16000)]
 
 
 def test_buffer_stays_bounded_without_vad(tiny_tr: Transcriber) -> None:
@@ -118,17 +130,19 @@ def test_buffer_stays_bounded_without_vad(tiny_tr: Transcriber) -> None:
     assert normalise(session.text).count("country") >= 7
 
 
-def test_step_option_sets_the_pass_rate(tiny_tr: Transcriber, vad: SileroVad) -> None:
-    audio = clip(JFK)
-    counts = {}
-    for step in (1.0, 2.0):
-        session = StreamingSession(
-            tiny_tr, StreamingOptions(language="en", step_s=step, vad=VadOptions()), vad
-        )
-        run_session(session, audio)
-        counts[step] = session.stats().passes
+def test_step_option_sets_the_pass_rate(
+    tiny_tr: Transcriber, vad: SileroVad, jfk_session: tuple[StreamingSession, list[StreamEvent]]
+) -> None:
+    """A 2 s step makes fewer passes over jfk than the default 1 s step (`jfk_session`)."""
+    one_s, _ = jfk_session
+    assert one_s.options.step_s == 1.0 and one_s.options.vad == VadOptions()
+    two_s = StreamingSession(
+        tiny_tr, StreamingOptions(language="en", step_s=2.0, vad=VadOptions()), vad
+    )
+    run_session(two_s, clip(JFK))
+    for session in (one_s, two_s):
         assert "fellow americans" in normalise(session.text)
-    assert counts[2.0] < counts[1.0]
+    assert two_s.stats().passes < one_s.stats().passes
 
 
 def commit_lags(transcriber: Transcriber, vad: SileroVad, policy: str) -> tuple[list[float], str]:
@@ -255,4 +269,4 @@ def test_a_commit_after_a_pause_decodes_nothing_more(tiny_tr: Transcriber, vad: 
     while session.advance():
         session.decode()
     assert session.stats().passes == passes
-    assert events[-1] == Finalized("flush")
+    assert events[-1] == Finalized("flush", len(phrase) / 16000)

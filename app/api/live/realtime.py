@@ -99,6 +99,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["streaming"])
 MODEL_PARAM = "session.audio.input.transcription.model"
+END_TOLERANCE_S = 0.01  # an item's end and the finalization at it: the same sample, as seconds
 
 
 def error_event(error: Rejected) -> ErrorEvent:
@@ -267,24 +268,34 @@ class RealtimeConnection(LiveConnection):
         self.outbox.put(added(previous_item_id=previous, item=UserAudioItem(id=item.id)))
 
     def _text_item(self) -> _Item:
-        """The item text goes to: the oldest one waiting for its final text, else the open one."""
-        return self.ended[0] if self.ended else (self.open or self._open_item())
+        """The item text goes to: the oldest one waiting for its final text, else the open one
+        (opened here for words after a commit the session heard before the turn's start)."""
+        if self.ended:
+            return self.ended[0]
+        if self.open is None:
+            item = self._open_item()
+            if self.config.turn_detection is not None:
+                started = SpeechStarted(audio_start_ms=round(item.start_s * 1000), item_id=item.id)
+                self.outbox.put(started)
+        return self.open
 
-    def _complete(self) -> None:
-        if not self.ended:
-            return
-        item = self.ended.popleft()
-        seconds = round(max((item.end_s or item.start_s) - item.start_s, 0.0), 3)
-        self.outbox.put(TranscriptionCompleted(
-            item_id=item.id, transcript="".join(item.text).strip(),
-            usage=DurationUsage(seconds=seconds),
-        ))  # fmt: skip
+    def _complete(self, at: float) -> None:
+        """The items whose audio ends by `at` (stream seconds) have all their text: completed.
+        A session behind real time finalizes pauses in audio the client has since committed;
+        that item waits for the finalization of its own end."""
+        while self.ended and (self.ended[0].end_s or 0.0) <= at + END_TOLERANCE_S:
+            item = self.ended.popleft()
+            seconds = round(max((item.end_s or item.start_s) - item.start_s, 0.0), 3)
+            self.outbox.put(TranscriptionCompleted(
+                item_id=item.id, transcript="".join(item.text).strip(),
+                usage=DurationUsage(seconds=seconds),
+            ))  # fmt: skip
 
     # ---- session events -----------------------------------------------------------------
     def on_event(self, event: StreamEvent) -> None:
         turns = self.config.turn_detection
         match event:
-            case SpeechBegan(at=at) if turns is not None and not self.clears:
+            case SpeechBegan(at=at) if turns is not None and not self.clears and at >= self.mark_s:
                 start_s = max(at - turns.prefix_padding_ms / 1000, 0.0)
                 item = self.open or self._open_item(start_s)
                 started = SpeechStarted(audio_start_ms=round(start_s * 1000), item_id=item.id)
@@ -311,8 +322,8 @@ class RealtimeConnection(LiveConnection):
                     text = text.lstrip()
                 item.text.append(text)
                 self.outbox.put(TranscriptionDelta(item_id=item.id, delta=text))
-            case Finalized(reason=reason) if reason == "flush" or turns is not None:
-                self._complete()
+            case Finalized(reason=reason, at=at) if reason == "flush" or turns is not None:
+                self._complete(at)
 
     def failed(self, error: Rejected) -> None:
         """Every item the client knows of and still waits for (committed, or open with deltas
@@ -333,8 +344,8 @@ class RealtimeConnection(LiveConnection):
         await self.close_runner()
         if self.open is not None and self.open.text:  # its first words came with the last pass
             self._end_item(self.open)
-        while self.ended:
-            self._complete()
+        if self.ended:
+            self._complete(float("inf"))
 
 
 @router.websocket("/v1/realtime")

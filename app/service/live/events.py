@@ -62,9 +62,12 @@ class VoiceActivity:
 @dataclass(frozen=True)
 class Finalized:
     """Everything before the pause (`reason` "pause") or the client's commit ("flush") is
-    committed: the CommittedText events before this one hold all of it."""
+    committed: the CommittedText events before this one hold all of it, up to `at` (stream
+    seconds). A session behind real time finalizes the pauses it hears in audio received
+    before a client's commit, and that commit only when it reaches it."""
 
     reason: Literal["pause", "flush"]
+    at: float
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,7 @@ class StreamingSession:
                 break
             if self._request_final(self._buf.end, "flush", speech=self._open):
                 break
-            self.on_event(Finalized("flush"))  # nothing to finalize; go on to what follows
+            self.on_event(Finalized("flush", self._buf.end / SAMPLE_RATE))  # nothing to finalize
         return self.decode_due()
 
     def _admit(self, piece: np.ndarray) -> None:
@@ -225,11 +225,11 @@ class StreamingSession:
                 speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
                 if speech_s < vad.min_speech_s and not self.commits.pending:
                     log.debug("ignored %.2f s of speech (shorter than min_speech_s)", speech_s)
-                    self.on_event(Finalized("pause"))
+                    self.on_event(Finalized("pause", event.sample / SAMPLE_RATE))
                 elif not self._request_final(
                     min(event.sample + pad, self._buf.end), "pause", speech=True
                 ):
-                    self.on_event(Finalized("pause"))
+                    self.on_event(Finalized("pause", event.sample / SAMPLE_RATE))
             elif event.kind == "pause" and self._open:
                 speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
                 if speech_s >= vad.min_speech_s or self.commits.pending:
@@ -344,7 +344,7 @@ class StreamingSession:
         self.transcript.close_segment()
         self.transcript.partial("")
         if self._final_reason is not None:
-            self.on_event(Finalized(self._final_reason))
+            self.on_event(Finalized(self._final_reason, until / SAMPLE_RATE))
 
     def _step(self, cancel: threading.Event | None) -> None:
         decoded = self._run_pass(self._buf.view(), cancel)
