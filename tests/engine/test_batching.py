@@ -8,10 +8,11 @@ packed; with int8 files a near-tie token may flip with the packing (tests/confte
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -54,10 +55,20 @@ def text_of(transcriber: Transcriber, audio: np.ndarray, options: TranscriptionO
     return " ".join(s.text.strip() for s in segments)
 
 
-def test_concurrent_requests_equal_one_at_a_time(tiny_fp16, tiny_tok, batched) -> None:
+Alone = Callable[[str, TranscriptionOptions], str]
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_fp16, tiny_tok) -> Alone:
+    """A clip's text decoded one at a time (no batching), once per (clip, options) for the
+    module: the tests compare batched texts with the same few unbatched ones."""
+    transcriber = Transcriber(tiny_fp16, tiny_tok)
+    return functools.cache(lambda name, options: text_of(transcriber, clip(name), options))
+
+
+def test_concurrent_requests_equal_one_at_a_time(tiny_tok, batched, alone: Alone) -> None:
     jobs = [(EARNINGS, GREEDY), (JFK, BEAM), (EARNINGS, GREEDY), (EARNINGS, GREEDY), (JFK, GREEDY)]
-    alone = Transcriber(tiny_fp16, tiny_tok)
-    expected = [text_of(alone, clip(name), opts) for name, opts in jobs]
+    expected = [alone(name, opts) for name, opts in jobs]
     transcriber = Transcriber(batched, tiny_tok)
     with ThreadPoolExecutor(len(jobs)) as pool:
         got = list(pool.map(lambda job: text_of(transcriber, clip(job[0]), job[1]), jobs))
@@ -108,8 +119,8 @@ def test_rows_join_and_leave_mid_decode(tiny_fp16, tiny_tok, batched) -> None:
     assert after and all(r.calls == 1 for r in after), "after leaving, the long one runs alone"
 
 
-def test_cancelled_request_frees_its_row(tiny_fp16, tiny_tok, batched) -> None:
-    expected = text_of(Transcriber(tiny_fp16, tiny_tok), clip(EARNINGS), GREEDY)
+def test_cancelled_request_frees_its_row(tiny_tok, batched, alone: Alone) -> None:
+    expected = alone(EARNINGS, GREEDY)
     transcriber = Transcriber(batched, tiny_tok)
     cancel = threading.Event()
     started = threading.Event()
@@ -153,12 +164,11 @@ def test_windows_live_in_slab_slots(tiny_fp16, batched) -> None:
     assert third.slot == 0, "the freed slot is reused first"
 
 
-def test_two_decoder_lanes_take_turns_with_the_encoder(tiny_fp16, tiny_tok) -> None:
+def test_two_decoder_lanes_take_turns_with_the_encoder(tiny_fp16, tiny_tok, alone: Alone) -> None:
     """With two decoder lanes (one cohort's Python overlaps another's call) the lanes and the
     encoder still hold the cores one at a time, and the text equals unbatched decoding."""
     jobs = [(EARNINGS, GREEDY), (JFK, GREEDY), (EARNINGS, BEAM)]
-    alone = Transcriber(tiny_fp16, tiny_tok)
-    expected = [text_of(alone, clip(name), opts) for name, opts in jobs]
+    expected = [alone(name, opts) for name, opts in jobs]
     scheduler = BatchingSessions(tiny_fp16, BatchingOptions(max_rows=8, lanes=2), name="lanes")
     inside: list[str] = []
     overlaps: list[tuple[str, ...]] = []
