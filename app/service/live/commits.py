@@ -84,14 +84,12 @@ class Plan:
 class Applied:
     """What the session does after a pass: send `commit` as committed text; cut the buffer
     before absolute sample `cut` (and close the segment there); show `partial` (None: leave
-    it). stalled: the cut is where the decoder stopped early (the rest is decoded again).
-    reread: a word held as unsure waits: the next pass comes after `REREAD_S` of new audio."""
+    it). stalled: the cut is where the decoder stopped early (the rest is decoded again)."""
 
     commit: tuple[Word, ...] = ()
     cut: int | None = None
     partial: tuple[Word, ...] | None = None
     stalled: bool = False
-    reread: bool = False
 
 
 def plan(state: Commits, tokenizer: Tokenizer, language: str | None) -> Plan:
@@ -224,8 +222,7 @@ def step(
                  decoded.seconds)  # fmt: skip
         state, applied = _commit_and_cut(state, state.pending, decoded, text_end)
         return state, replace(applied, commit=commit + applied.commit)
-    reread = cut is None and policy.rereads(new, agreed)
-    return state, Applied(commit, cut, state.pending, reread=reread)
+    return state, Applied(commit, cut, state.pending)
 
 
 def finalize(

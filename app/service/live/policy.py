@@ -14,8 +14,7 @@ words and times in, a count out; no audio, no model.
   word without attention (`peak` None) is never safe, nor is the pass's last word: nothing
   after it shows that it is whole (Whisper reads "you" where more audio makes "your"). A word
   the decoder read with low probability waits, in addition, for the next pass to read it again:
-  one pass may fall at a buffer length where Whisper reads it otherwise; that pass comes after
-  `REREAD_S` of new audio instead of a whole step, so the wait costs little latency.
+  one pass may fall at a buffer length where Whisper reads it otherwise.
 
 At a pause or a client commit the session commits everything, whatever the policy.
 """
@@ -29,7 +28,6 @@ from typing import Protocol
 from app.engine.words import Word
 
 SURE = 0.5  # a word read with a lower probability is unsure (see AlignAtt)
-REREAD_S = 0.3  # new audio before the pass that reads a held unsure word again
 
 
 def unsure(word: Word, sure: float = SURE) -> bool:
@@ -44,10 +42,6 @@ class CommitPolicy(Protocol):
         uncommitted words; audio_end_s: stream seconds where the pass's audio ends."""
         ...
 
-    def rereads(self, new: Sequence[Word], count: int) -> bool:
-        """The count stopped at a word only because it was read unsure: read it again soon."""
-        ...
-
 
 @dataclass(frozen=True)
 class LocalAgreement:
@@ -60,9 +54,6 @@ class LocalAgreement:
                 break
             agreed += 1
         return agreed
-
-    def rereads(self, new: Sequence[Word], count: int) -> bool:
-        return False
 
 
 @dataclass(frozen=True)
@@ -89,9 +80,6 @@ class AlignAtt:
             if unsure(word, self.sure) and i >= agreed:
                 return i
         return max(len(new) - 1, 0)
-
-    def rereads(self, new: Sequence[Word], count: int) -> bool:
-        return count < len(new) - 1 and unsure(new[count], self.sure)
 
 
 def make_policy(name: str, edge_s: float) -> CommitPolicy:

@@ -65,7 +65,7 @@ from app.service.live.events import (
     VoiceActivity,
 )
 from app.service.live.options import StreamingOptions
-from app.service.live.policy import REREAD_S, make_policy, unsure
+from app.service.live.policy import make_policy, unsure
 from app.service.live.transcript import Transcript
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
 from app.service.results import TimeSpent
@@ -115,7 +115,6 @@ class StreamingSession:
         self._final_until: int | None = None  # finalize the buffer up to this sample
         self._final_reason: FinalReason = "pause"  # None: a pause, the turn goes on
         self._decoded_until = 0  # end (absolute sample) of the audio the last pass covered
-        self._reread = False  # the last pass held an unsure word: the next one comes sooner
         self._passes = 0
         self._skipped = 0
         self._decode = TimeSpent()
@@ -252,7 +251,6 @@ class StreamingSession:
         self.commits = self.commits.forget()
         self._final_until = None
         self._decoded_until = sample
-        self._reread = False
         if self._vad is not None:
             self.listen()
             self._vad.forget(sample)  # it restarted there as it heard the clear
@@ -289,8 +287,7 @@ class StreamingSession:
         if not self._open:
             return False
         new = self._buf.end - max(self._decoded_until, self._buf.start)
-        step_s = min(REREAD_S, self.options.step_s) if self._reread else self.options.step_s
-        return new >= round(step_s * SAMPLE_RATE)
+        return new >= round(self.options.step_s * SAMPLE_RATE)
 
     @property
     def idle(self) -> bool:
@@ -344,7 +341,6 @@ class StreamingSession:
                 (until - self._buf.start) / SAMPLE_RATE,
             )
         self._final_until = None
-        self._reread = False
         self.transcript.close_segment()
         self.transcript.partial("")
         if self._final_reason is not None:
@@ -356,7 +352,6 @@ class StreamingSession:
         self.commits, applied = commits.step(
             self.commits, decoded, self.policy, self.options, self.tokenizer
         )
-        self._reread = applied.reread
         self._apply(applied)
 
     def _apply(self, applied: commits.Applied) -> None:
