@@ -54,9 +54,7 @@ def check_events(events: list[StreamEvent], text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def jfk_session(
-    tiny_tr: Transcriber, vad: SileroVad
-) -> tuple[StreamingSession, list[StreamEvent]]:
+def jfk_session(tiny_tr: Transcriber, vad: SileroVad) -> tuple[StreamingSession, list[StreamEvent]]:
     """jfk through a session with the default options (1 s step, VAD on), run once for the
     module: the session and its events."""
     events: list[StreamEvent] = []
@@ -113,21 +111,25 @@ def test_silence_is_never_decoded(tiny_tr: Transcriber, vad: SileroVad) -> None:
 
 
 def test_buffer_stays_bounded_without_vad(tiny_tr: Transcriber) -> None:
-    """44 s of speech with no VAD to finalize at pauses: only segment cuts bound the buffer."""
+    """33 s of speech (twice the bound) with no VAD to finalize at pauses: only segment cuts
+    bound the buffer. Three copies of jfk, not four: unpaced, the session is deterministic and
+    a fourth copy only repeats the same cuts (the buffer peaks at 9.5 s within the first 33 s
+    either way); one misread phrase is still allowed."""
     options = StreamingOptions(language="en", vad=None, trim_s=8.0, max_buffer_s=15.0)
     events: list[StreamEvent] = []
     session = StreamingSession(tiny_tr, options, None, events.append)
     longest: list[float] = []
+    copies = 3
     run_session(
         session,
-        np.tile(clip(JFK), 4),
+        np.tile(clip(JFK), copies),
         chunk=8000,
         probe=lambda s: longest.append(s.stats().buffer_s),
     )
     assert max(longest) <= options.max_buffer_s + options.step_s + 0.5
     check_events(events, session.text)
-    assert normalise(session.text).count("ask not what your country") >= 3
-    assert normalise(session.text).count("country") >= 7
+    assert normalise(session.text).count("ask not what your country") >= copies - 1
+    assert normalise(session.text).count("country") >= 2 * copies - 1
 
 
 def test_step_option_sets_the_pass_rate(
