@@ -7,7 +7,10 @@ the GA shape (`session.update` with `session.type = "transcription"`) and the be
 Items: the audio of one turn. With `turn_detection` `server_vad` (the default) the server's VAD
 cuts turns: `input_audio_buffer.speech_started` opens an item, `speech_stopped` and `committed`
 end it; with `turn_detection: null` the client ends an item with `input_audio_buffer.commit`
-(the VAD still keeps silence from being decoded). While the person speaks, each word the commit
+(the VAD still keeps silence from being decoded). A commit's item holds all the audio sent
+before it, also with server VAD on, and completes once the server has read that far: a busy
+server may be behind the client, and the pauses it then finds in that audio are not items.
+While the person speaks, each word the commit
 policy makes final is sent at once as `conversation.item.input_audio_transcription.delta`
 (append-only); `...completed` holds the item's whole transcript once everything in it is
 final; when the session ends on an error (a limit, an internal failure), each item still waiting
