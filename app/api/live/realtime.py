@@ -9,14 +9,13 @@ cuts turns: `input_audio_buffer.speech_started` opens an item, `speech_stopped` 
 end it; with `turn_detection: null` the client ends an item with `input_audio_buffer.commit`
 (the VAD still keeps silence from being decoded). A commit's item holds all the audio sent
 before it, also with server VAD on, and completes once the server has read that far: a busy
-server may be behind the client, and the pauses it then finds in that audio are not items.
-While the person speaks, each word the commit
-policy makes final is sent at once as `conversation.item.input_audio_transcription.delta`
-(append-only); `...completed` holds the item's whole transcript once everything in it is
-final; when the session ends on an error (a limit, an internal failure), each item still waiting
-for its text gets `...failed` before the `error` event. `input_audio_buffer.clear` drops the
-audio not yet committed (`cleared`). An extension,
-for the page at `/` and clients that ask with `?partials=true`:
+server may be behind the client, and the pauses it then finds in that audio are not items. While
+the person speaks, each word the commit policy makes final is sent at once as
+`conversation.item.input_audio_transcription.delta` (append-only); `...completed` holds the
+item's whole transcript once everything in it is final; when the session ends on an error (a
+limit, an internal failure), each item still waiting for its text gets `...failed` before the
+`error` event. `input_audio_buffer.clear` drops the audio not yet committed (`cleared`). An
+extension, for the page at `/` and clients that ask with `?partials=true`:
 `conversation.item.input_audio_transcription.partial {item_id, text}`, the words after the
 deltas that may still change (each replaces the previous one).
 
