@@ -203,18 +203,30 @@ async def stream_clip(url: str, pcm24: bytes, delay_s: float = 0.0) -> Run:
         items_done = asyncio.Event()
 
         async def receive() -> None:
+            """Done when every committed item is completed, the item of the client's last
+            commit among them: the one committed without a `speech_stopped` (the VAD's turns
+            have one), or the commit answered as empty. Until then a server behind the client
+            may still complete earlier turns."""
             committed: set[str] = set()
             completed: set[str] = set()
+            stopped: set[str] = set()
+            answered = False  # the client's commit has its item (or was empty)
             async for message in ws:
                 event = json.loads(message)
                 run.events.append((time.monotonic(), event))
-                if event["type"] == "input_audio_buffer.committed":
+                if event["type"] == "input_audio_buffer.speech_stopped":
+                    stopped.add(event["item_id"])
+                elif event["type"] == "input_audio_buffer.committed":
                     committed.add(event["item_id"])
+                    answered = answered or event["item_id"] not in stopped
                 elif event["type"] == COMPLETED:
                     completed.add(event["item_id"])
                 elif event["type"] == "error":
-                    print("error event:", event["error"], file=sys.stderr)
-                if run.audio_end_t and committed and committed <= completed:
+                    empty = event["error"].get("code") == "input_audio_buffer_commit_empty"
+                    answered = answered or empty
+                    if not empty:
+                        print("error event:", event["error"], file=sys.stderr)
+                if answered and committed <= completed:
                     items_done.set()
 
         receiver = asyncio.create_task(receive())
