@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -346,8 +347,7 @@ class RealtimeConnection(LiveConnection):
         await self.close_runner()
         if self.open is not None and self.open.text:  # its first words came with the last pass
             self._end_item(self.open)
-        if self.ended:
-            self._complete(float("inf"))
+        self._complete(math.inf)
 
 
 @router.websocket("/v1/realtime")
