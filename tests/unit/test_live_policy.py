@@ -8,7 +8,7 @@ import pytest
 
 from app.engine.words import Word
 from app.service.live.admission import Inbox
-from app.service.live.policy import AlignAtt, LocalAgreement, make_policy
+from app.service.live.policy import AlignAtt, LocalAgreement, in_doubt, make_policy
 
 
 def words(
@@ -79,6 +79,20 @@ def test_alignatt_commits_an_unsure_word_when_two_passes_read_it() -> None:
     sure = words("so my fellow Americans", peaks, [0.9, 0.6, 0.9, 0.9])
     assert policy.commit_count(sure, [], audio_end_s=4.0) == 3
     assert AlignAtt(0.5, sure=0.0).commit_count(new, [], audio_end_s=4.0) == 3
+
+
+def test_a_sentences_first_word_read_unsure_is_not_in_doubt() -> None:
+    """base reads jfk's first word " and" with p 0.33: how the sentence starts, not a competing
+    word; it commits at once, while an unsure word inside a sentence still waits."""
+    policy, peaks = AlignAtt(0.5, sure=0.5), [0.5, 1.0, 1.5]
+    new = words("and so my", peaks, [0.33, 0.9, 0.9])
+    assert policy.commit_count(new, [], audio_end_s=4.0) == 2  # the stream's first word
+    ended, going_on = words("Americans."), words("fellow")
+    assert policy.commit_count(new, [], audio_end_s=4.0, before=ended[0]) == 2
+    assert policy.commit_count(new, [], audio_end_s=4.0, before=going_on[0]) == 0
+    assert policy.commit_count(new, [], audio_end_s=4.0, before=words("are...")[0]) == 0
+    assert in_doubt(words("Last year", None, [0.47, 0.3]), ended[0]) == [False, True]
+    assert in_doubt(words("so am I", None, [0.9, 0.36, 0.9]), None) == [False, True, False]
 
 
 def test_make_policy() -> None:

@@ -23,7 +23,7 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.words import Word, split_words
 from app.runtime.contract import SAMPLE_RATE, TIME_PRECISION
 from app.service.live.options import WINDOW_S, StreamingOptions
-from app.service.live.policy import CommitPolicy, LocalAgreement, unsure
+from app.service.live.policy import CommitPolicy, LocalAgreement, ends_sentence, in_doubt
 from app.service.live.units import align_committed
 from app.service.live.window_pass import Pass
 from app.service.windows import WindowSegment
@@ -36,8 +36,6 @@ SECOND_READ_S = 0.2  # a doubtful final pass is read again over this much more o
 FINAL_END_SLACK_S = 1.0  # a finalized last segment ending this close to the pause is closed there
 CUT_REPEAT_S = 0.3  # a committed word decoded again this close to a buffer cut is a repeat
 RECENT = 5  # committed words remembered across cuts (repeats at the commit boundary)
-SENTENCE_END = (".", "!", "?")
-TRAILING = ("...", "…")  # Whisper's "the speech goes on" at the end of its audio
 
 
 @dataclass(frozen=True)
@@ -140,13 +138,30 @@ def _skip_repeats(state: Commits, decoded: Pass, k: int) -> int:
     return k
 
 
+def last_committed(state: Commits) -> Word | None:
+    return state.recent[-1] if state.recent else None
+
+
+def _before(state: Commits, decoded: Pass, k: int) -> Word | None:
+    """The word before the pass's new ones (`decoded.words[k:]`): the pass's own reading of the
+    committed text's last word, else the last word committed before the buffer."""
+    return decoded.words[k - 1] if k else last_committed(state)
+
+
+def pending_in_doubt(state: Commits) -> bool:
+    """The last pass's uncommitted words hold one in doubt (`policy.in_doubt`)."""
+    return any(in_doubt(state.pending, last_committed(state)))
+
+
 def doubtful(state: Commits, decoded: Pass) -> bool:
-    """A pass's new words hold one read with low probability that the last pass did not read
-    the same way (or no pass had read before): one reading at one buffer length does not settle
-    it (tiny.en reads jfk's "so, my" as "so am I" at some lengths, also when finalizing)."""
-    new = decoded.words[new_words_at(state, decoded) :]
+    """A pass's new words hold one in doubt (read with low probability inside a sentence) that
+    the last pass did not read the same way (or no pass had read before): one reading at one
+    buffer length does not settle it (tiny.en reads jfk's "so, my" as "so am I" at some
+    lengths, also when finalizing)."""
+    k = new_words_at(state, decoded)
+    new = decoded.words[k:]
     agreed = LocalAgreement().commit_count(new, state.pending, 0.0)
-    return any(unsure(w) for w in new[agreed:])
+    return any(in_doubt(new, _before(state, decoded, k))[agreed:])
 
 
 def likelier(state: Commits, a: Pass, b: Pass) -> Pass:
@@ -203,7 +218,8 @@ def step(
         log.debug("the text stops %.1f s before the audio's end: committed, cut there",
                   (decoded.end - text_end) / SAMPLE_RATE)  # fmt: skip
         return _commit_and_cut(state, tuple(new), decoded, text_end)
-    agreed = policy.commit_count(new, state.pending, decoded.end / SAMPLE_RATE)
+    end_s = decoded.end / SAMPLE_RATE
+    agreed = policy.commit_count(new, state.pending, end_s, _before(state, decoded, k))
     if forced:  # a full buffer: its closed segments are committed whatever the policy says
         agreed = max(agreed, closed_words(decoded) - k)
     commit = tuple(new[:agreed])
@@ -351,8 +367,7 @@ def settle(
 def _trails_off(tokenizer: Tokenizer, segment: WindowSegment) -> bool:
     """The segment's text does not end a sentence, or ends in an ellipsis: Whisper's sign that
     the speech goes on past its audio."""
-    text = tokenizer.decode(segment.tokens).rstrip()
-    return text.endswith(TRAILING) or not text.endswith(SENTENCE_END)
+    return not ends_sentence(tokenizer.decode(segment.tokens))
 
 
 def _committed_part(

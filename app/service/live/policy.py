@@ -13,8 +13,8 @@ words and times in, a count out; no audio, no model.
   the audio after it may change it. One pass suffices, so words come out a step earlier. A
   word without attention (`peak` None) is never safe, nor is the pass's last word: nothing
   after it shows that it is whole (Whisper reads "you" where more audio makes "your"). A word
-  the decoder read with low probability waits, in addition, for the next pass to read it again:
-  one pass may fall at a buffer length where Whisper reads it otherwise.
+  the decoder read with low probability inside a sentence waits, in addition, for the next pass
+  to read it again: one pass may fall at a buffer length where Whisper reads it otherwise.
 
 At a pause or a client commit the session commits everything, whatever the policy.
 """
@@ -28,18 +28,46 @@ from typing import Protocol
 from app.engine.words import Word
 
 SURE = 0.5  # a word read with a lower probability is unsure (see AlignAtt)
+SENTENCE_END = (".", "!", "?")
+TRAILING = ("...", "…")  # Whisper's "the speech goes on" at the end of its audio
+
+
+def ends_sentence(text: str) -> bool:
+    """The text ends a sentence: a period, question or exclamation mark, not an ellipsis."""
+    text = text.rstrip()
+    return text.endswith(SENTENCE_END) and not text.endswith(TRAILING)
 
 
 def unsure(word: Word, sure: float = SURE) -> bool:
     return word.probability is not None and word.probability < sure
 
 
+def in_doubt(words: Sequence[Word], before: Word | None, sure: float = SURE) -> list[bool]:
+    """Per word of `words` (which follow `before`, None at the stream's start): read unsure
+    inside a sentence. A sentence's first word is not in doubt: its low probability is how the
+    sentence starts ("And" or "and", a filler or not; base reads jfk's first word with p 0.33,
+    the earnings call's "Last", "And", "Our" with 0.18-0.47), not a competing word, and holding
+    it held the utterance's first phrase for a whole pass."""
+    doubts = []
+    for word in words:
+        doubts.append(unsure(word, sure) and before is not None and not ends_sentence(before.word))
+        before = word
+    return doubts
+
+
 class CommitPolicy(Protocol):
     """How many of a pass's new words to commit."""
 
-    def commit_count(self, new: Sequence[Word], pending: Sequence[Word], audio_end_s: float) -> int:
+    def commit_count(
+        self,
+        new: Sequence[Word],
+        pending: Sequence[Word],
+        audio_end_s: float,
+        before: Word | None = None,
+    ) -> int:
         """new: the pass's words after the committed ones; pending: the previous pass's
-        uncommitted words; audio_end_s: stream seconds where the pass's audio ends."""
+        uncommitted words; audio_end_s: stream seconds where the pass's audio ends; before: the
+        last committed word (None: nothing committed yet)."""
         ...
 
 
@@ -47,7 +75,13 @@ class CommitPolicy(Protocol):
 class LocalAgreement:
     """Commit what two consecutive passes agree on (word keys, from the first new word)."""
 
-    def commit_count(self, new: Sequence[Word], pending: Sequence[Word], audio_end_s: float) -> int:
+    def commit_count(
+        self,
+        new: Sequence[Word],
+        pending: Sequence[Word],
+        audio_end_s: float,
+        before: Word | None = None,
+    ) -> int:
         agreed = 0
         for a, b in zip(new, pending, strict=False):
             if a.key != b.key:
@@ -59,8 +93,9 @@ class LocalAgreement:
 @dataclass(frozen=True)
 class AlignAtt:
     """Commit the words read while attending to audio at least `edge_s` before its end; a word
-    read with probability below `sure` only once the previous pass read the same words up to
-    it (tiny.en reads "so, my" as "so am I", p 0.35-0.37, at some buffer lengths)."""
+    read with probability below `sure` inside a sentence (`in_doubt`) only once the previous
+    pass read the same words up to it (tiny.en reads "so, my" as "so am I", p 0.35-0.37, at
+    some buffer lengths)."""
 
     edge_s: float = 0.5
     sure: float = SURE
@@ -71,13 +106,20 @@ class AlignAtt:
         if not 0 <= self.sure <= 1:
             raise ValueError(f"sure must be in [0, 1], got {self.sure}")
 
-    def commit_count(self, new: Sequence[Word], pending: Sequence[Word], audio_end_s: float) -> int:
+    def commit_count(
+        self,
+        new: Sequence[Word],
+        pending: Sequence[Word],
+        audio_end_s: float,
+        before: Word | None = None,
+    ) -> int:
         limit = audio_end_s - self.edge_s
         agreed = LocalAgreement().commit_count(new, pending, audio_end_s)
+        doubts = in_doubt(new, before, self.sure)
         for i, word in enumerate(new[:-1]):
             if word.peak is None or word.peak > limit:
                 return i
-            if unsure(word, self.sure) and i >= agreed:
+            if doubts[i] and i >= agreed:
                 return i
         return max(len(new) - 1, 0)
 

@@ -65,7 +65,7 @@ from app.service.live.events import (
     VoiceActivity,
 )
 from app.service.live.options import StreamingOptions
-from app.service.live.policy import make_policy, unsure
+from app.service.live.policy import make_policy
 from app.service.live.transcript import Transcript
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
 from app.service.results import TimeSpent
@@ -315,7 +315,7 @@ class StreamingSession:
         for attempt in range(FINAL_PASSES):
             fresh = None
             stale = attempt > 0 or (self._decoded_until < until and not quiet)
-            stale = stale or any(unsure(w) for w in self.commits.pending)
+            stale = stale or commits.pending_in_doubt(self.commits)
             if stale and until - self._buf.start >= SAMPLE_RATE // 10:
                 decoded = self._run_pass(self._buf.view(until), cancel)
                 self._decoded_until = max(self._decoded_until, decoded.end)
