@@ -13,6 +13,7 @@ from app.service.diarize.activity import (
     clean_frames,
     fold_quiet_speakers,
     global_activity,
+    nearest_middle,
     speaker_activity,
     speaker_count,
 )
@@ -87,6 +88,16 @@ def test_clean_frames_are_those_with_one_speaker() -> None:
         [False, False, False],
         [False, False, True],
     ]
+
+
+def test_an_embeddings_frames_are_capped_to_those_nearest_the_windows_middle() -> None:
+    mask = np.zeros(11, dtype=bool)
+    mask[[0, 1, 4, 6, 7, 10]] = True  # the middle is frame 5
+    assert np.flatnonzero(nearest_middle(mask, 3)).tolist() == [4, 6, 7]
+    assert np.flatnonzero(nearest_middle(mask, 4)).tolist() == [1, 4, 6, 7]
+    assert np.flatnonzero(nearest_middle(mask, 5)).tolist() == [0, 1, 4, 6, 7]  # a tie: earlier
+    assert nearest_middle(mask, 6).tolist() == mask.tolist()  # no more than the cap: all kept
+    assert nearest_middle(mask, 9).tolist() == mask.tolist()
 
 
 def test_nobody_talking_gives_no_turns_and_turns_stop_at_the_audio_end() -> None:

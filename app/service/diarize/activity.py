@@ -146,3 +146,15 @@ def fold_quiet_speakers(
 def clean_frames(activity: np.ndarray) -> np.ndarray:
     """[windows, frames, local] bool: frames where that local speaker talks alone."""
     return activity.astype(bool) & (activity.sum(axis=2, keepdims=True) == 1)
+
+
+def nearest_middle(mask: np.ndarray, limit: int) -> np.ndarray:
+    """[frames] bool: of the frames a window's `mask` keeps, the `limit` nearest the window's
+    middle (ties: the earlier frame first); all of them when there are no more than `limit`."""
+    kept = np.flatnonzero(mask)
+    if len(kept) <= limit:
+        return mask.astype(bool)
+    distance = np.abs(kept - (len(mask) - 1) / 2)
+    nearest = np.zeros(len(mask), dtype=bool)
+    nearest[kept[np.argsort(distance, kind="stable")[:limit]]] = True
+    return nearest

@@ -2,10 +2,14 @@
 
 `Diarizer` runs the speaker models (`app.engine.speakers`) and hands their arrays to the pure
 steps (`activity`, `clustering`, `attribution`): an embedding per (window, local speaker) from the
-frames where that speaker talks alone (all its frames when it never does for long enough); those
-talking alone for at least `min_clean_fraction` of the window train the clustering, every one is
-assigned. A cluster that talks alone for less than `min_alone_s` in the result is no speaker of
-its own: it joins its most similar cluster. Known speakers' reference clips are embedded whole.
+frames where that speaker talks alone (all its frames when it never does for long enough), at most
+`max_embed_s` of them, those nearest the window's middle; those talking alone for at least
+`min_clean_fraction` of the window train the clustering, every one is assigned. The default cap
+is the default step: windows overlap by half, so without it every second of speech went through the
+embedding model twice (once per window seeing it); with it, the windows' middles tile the audio
+and a speaker talking throughout is embedded about once per second of speech. A cluster that
+talks alone for less than `min_alone_s` in the result is no speaker of its own: it joins its most
+similar cluster. Known speakers' reference clips are embedded whole.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from app.service.diarize.activity import (
     alone_frames,
     clean_frames,
     fold_quiet_speakers,
+    nearest_middle,
     speaker_activity,
     turns,
 )
@@ -47,10 +52,14 @@ class DiarizationOptions:
     known_threshold: float = 0.5  # cosine similarity that names a cluster after a reference
     # less speech alone than this: no speaker of its own (the tuning seeds' least is 5.7 s)
     min_alone_s: float = 2.0
+    # speech embedded per (window, speaker), the frames nearest the window's middle: the step,
+    # so the windows' middles tile the audio (10 s: the whole window, as pyannote)
+    max_embed_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not (
             0.0 < self.step_s <= 10.0
+            and self.max_embed_s > 0.0
             and 0.0 <= self.min_clean_fraction <= 1.0
             and -1.0 <= self.known_threshold <= 1.0
             and self.min_alone_s >= 0.0
@@ -97,6 +106,7 @@ class Diarizer:
         step = WINDOW_SAMPLES
         clean = clean_frames(activity)
         talking = activity.astype(bool)
+        cap = round(self.options.max_embed_s / FRAME_STEP_S)
         embeddings = np.full((windows * local, 0), np.nan)
         train = np.zeros(windows * local, dtype=bool)
         for c in range(windows):
@@ -111,6 +121,7 @@ class Diarizer:
                     continue
                 n_clean = int(clean[c, :, s].sum())
                 mask = clean[c, :, s] if n_clean >= MIN_MASK_FRAMES else talking[c, :, s]
+                mask = nearest_middle(mask, cap)
                 try:
                     vector = self.embedding.of_fbank(rows, step, mask.astype(np.float32))
                 except TooLittleSpeech:
