@@ -198,20 +198,6 @@ def test_finalize_commits_the_pending_words_and_closes_the_segment_at_the_pause(
     assert texts(final.committed) == "ask not what your country can"
 
 
-def test_a_final_reading_with_an_unsure_word_is_doubtful_and_the_surer_one_kept(
-    tiny_tok: Tokenizer,
-) -> None:
-    committed = make_pass(tiny_tok, [(0.0, 2.0, " and so", False)], 2.0)
-    state = replace(Commits(), committed=tuple(committed.words))
-    misread = make_pass(tiny_tok, [(0.0, 2.4, " and so am i fellow", False)], 2.4, unsure="am")
-    read = make_pass(tiny_tok, [(0.0, 2.6, " and so my fellow", False)], 2.6)
-    assert commits.doubtful(state, misread) and not commits.doubtful(state, read)
-    # the last pass read the same: no doubt left
-    assert not commits.doubtful(replace(state, pending=tuple(misread.words[2:])), misread)
-    assert commits.likelier(state, misread, read) is read
-    assert commits.likelier(state, read, misread) is read
-
-
 def test_a_pause_right_after_a_client_commit_reads_its_trailing_segment_again(
     tiny_tok: Tokenizer,
 ) -> None:

@@ -23,7 +23,7 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.words import Word, split_words
 from app.runtime.contract import SAMPLE_RATE, TIME_PRECISION
 from app.service.live.options import WINDOW_S, StreamingOptions
-from app.service.live.policy import CommitPolicy, LocalAgreement, ends_sentence, in_doubt
+from app.service.live.policy import CommitPolicy, ends_sentence, in_doubt
 from app.service.live.units import align_committed
 from app.service.live.window_pass import Pass
 from app.service.windows import WindowSegment
@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 
 MAX_PREFIX_TOKENS = 160  # a longer forced prefix cuts the buffer
 STALL_S = 1.5  # a pass whose text ends this long before its audio stopped early
-SECOND_READ_S = 0.2  # a doubtful final pass is read again over this much more of the silence
 FINAL_END_SLACK_S = 1.0  # a finalized last segment ending this close to the pause is closed there
 CUT_REPEAT_S = 0.3  # a committed word decoded again this close to a buffer cut is a repeat
 RECENT = 5  # committed words remembered across cuts (repeats at the commit boundary)
@@ -151,28 +150,6 @@ def _before(state: Commits, decoded: Pass, k: int) -> Word | None:
 def pending_in_doubt(state: Commits) -> bool:
     """The last pass's uncommitted words hold one in doubt (`policy.in_doubt`)."""
     return any(in_doubt(state.pending, last_committed(state)))
-
-
-def doubtful(state: Commits, decoded: Pass) -> bool:
-    """A pass's new words hold one in doubt (read with low probability inside a sentence) that
-    the last pass did not read the same way (or no pass had read before): one reading at one
-    buffer length does not settle it (tiny.en reads jfk's "so, my" as "so am I" at some
-    lengths, also when finalizing)."""
-    k = new_words_at(state, decoded)
-    new = decoded.words[k:]
-    agreed = LocalAgreement().commit_count(new, state.pending, 0.0)
-    return any(in_doubt(new, _before(state, decoded, k))[agreed:])
-
-
-def likelier(state: Commits, a: Pass, b: Pass) -> Pass:
-    """Of two readings of the same speech, the one whose least sure new word is surer (`a`
-    when equal)."""
-
-    def least(decoded: Pass) -> float:
-        new = decoded.words[new_words_at(state, decoded) :]
-        return min((w.probability for w in new if w.probability is not None), default=1.0)
-
-    return b if least(b) > least(a) else a
 
 
 def _with_committed(state: Commits, words: tuple[Word, ...]) -> Commits:

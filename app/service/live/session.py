@@ -320,15 +320,6 @@ class StreamingSession:
                 decoded = self._run_pass(self._buf.view(until), cancel)
                 self._decoded_until = max(self._decoded_until, decoded.end)
                 fresh = decoded if decoded.usable else None  # else: what the last pass said
-                more = min(self._buf.end, until + round(commits.SECOND_READ_S * SAMPLE_RATE))
-                if (
-                    fresh is not None
-                    and more - until >= SAMPLE_RATE // 10
-                    and commits.doubtful(self.commits, fresh)
-                ):  # one reading does not settle it: read it again at another length
-                    again = self._run_pass(self._buf.view(more), cancel)
-                    if again.usable:
-                        fresh = commits.likelier(self.commits, fresh, again)
             self.commits, applied = commits.finalize(
                 self.commits, fresh, self._buf.start, until, self.options, self.tokenizer,
                 reread_last=self._final_reason == "flush",  # a client's commit: read it again
