@@ -23,7 +23,7 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.words import Word, split_words
 from app.runtime.contract import SAMPLE_RATE, TIME_PRECISION
 from app.service.live.options import WINDOW_S, StreamingOptions
-from app.service.live.policy import CommitPolicy, ends_sentence, in_doubt
+from app.service.live.policy import CommitPolicy, ends_sentence
 from app.service.live.units import align_committed
 from app.service.live.window_pass import Pass
 from app.service.windows import WindowSegment
@@ -137,19 +137,12 @@ def _skip_repeats(state: Commits, decoded: Pass, k: int) -> int:
     return k
 
 
-def last_committed(state: Commits) -> Word | None:
-    return state.recent[-1] if state.recent else None
-
-
 def _before(state: Commits, decoded: Pass, k: int) -> Word | None:
     """The word before the pass's new ones (`decoded.words[k:]`): the pass's own reading of the
     committed text's last word, else the last word committed before the buffer."""
-    return decoded.words[k - 1] if k else last_committed(state)
-
-
-def pending_in_doubt(state: Commits) -> bool:
-    """The last pass's uncommitted words hold one in doubt (`policy.in_doubt`)."""
-    return any(in_doubt(state.pending, last_committed(state)))
+    if k:
+        return decoded.words[k - 1]
+    return state.recent[-1] if state.recent else None
 
 
 def _with_committed(state: Commits, words: tuple[Word, ...]) -> Commits:

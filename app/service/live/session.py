@@ -315,7 +315,6 @@ class StreamingSession:
         for attempt in range(FINAL_PASSES):
             fresh = None
             stale = attempt > 0 or (self._decoded_until < until and not quiet)
-            stale = stale or commits.pending_in_doubt(self.commits)
             if stale and until - self._buf.start >= SAMPLE_RATE // 10:
                 decoded = self._run_pass(self._buf.view(until), cancel)
                 self._decoded_until = max(self._decoded_until, decoded.end)
