@@ -198,6 +198,24 @@ def test_finalize_commits_the_pending_words_and_closes_the_segment_at_the_pause(
     assert texts(final.committed) == "ask not what your country can"
 
 
+def test_a_step_spares_an_unsure_word_that_opens_a_sentence(tiny_tok: Tokenizer) -> None:
+    """The gate holds an unsure word inside a sentence only: `step` hands the policy the word
+    before the pass's new ones, the pass's own reading of the committed text's end or, with
+    nothing committed in the buffer, the last word committed before it."""
+    for text, opens in ((" ask not. what your country can", True),
+                        (" ask not what your country can", False)):  # fmt: skip
+        decoded = make_pass(tiny_tok, [(0.0, 5.0, text, False)], 5.0, unsure="what")
+        state = replace(Commits(), committed=tuple(decoded.words[:2]))
+        assert commits.new_words_at(state, decoded) == 2
+        _, applied = commits.step(state, decoded, AlignAtt(0.7), ALIGNATT, tiny_tok)
+        assert texts(applied.commit).startswith("what") == opens, text
+        cut = make_pass(tiny_tok, [(0.0, 3.0, " what your country can", False)], 3.0,
+                        unsure="what")  # fmt: skip
+        state = replace(Commits(), recent=tuple(decoded.words[:2]))
+        _, applied = commits.step(state, cut, AlignAtt(0.7), ALIGNATT, tiny_tok)
+        assert texts(applied.commit).startswith("what") == opens, text
+
+
 def test_a_pause_right_after_a_client_commit_reads_its_trailing_segment_again(
     tiny_tok: Tokenizer,
 ) -> None:
