@@ -144,8 +144,10 @@ def test_stream_reports_speech_coming_back_after_a_pause(vad: SileroVad) -> None
     events = stream.feed(audio)
     assert [e.kind for e in events] == ["start", "pause", "resume", "pause"], events
     _, pause, resume, _ = events
-    first_speech = pause.sample // CHUNK_SAMPLES + 1 + int(
-        np.argmax(probs[pause.sample // CHUNK_SAMPLES + 1 :] >= 0.5)
+    first_speech = (
+        pause.sample // CHUNK_SAMPLES
+        + 1
+        + int(np.argmax(probs[pause.sample // CHUNK_SAMPLES + 1 :] >= 0.5))
     )
     assert resume.sample == first_speech * CHUNK_SAMPLES
 
