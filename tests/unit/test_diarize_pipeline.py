@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from app.engine.audio import decode_audio
-from app.engine.speakers import load_speaker_models
+from app.engine.speakers import SpeakerModels, load_speaker_models
 from app.engine.speakers.fbank import fbank
-from app.engine.speakers.segmentation import WINDOW_SAMPLES
+from app.engine.speakers.segmentation import FRAME_STEP_S, FRAMES_PER_WINDOW, WINDOW_SAMPLES
 from app.runtime.sessions import RuntimeOptions
 from app.service.diarize.activity import clean_frames
 from app.service.diarize.clustering import SpeakerHints
@@ -137,3 +137,36 @@ def test_concurrent_first_requests_load_the_speaker_models_once() -> None:
         first, second = threads.map(lambda _: lazy.get(), range(2))
     assert isinstance(first, Diarizer)
     assert first is second is lazy.get()
+
+
+class _Recording:
+    """The real embedding model, noting each mask it is handed."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.masks: list[np.ndarray] = []
+
+    def of_fbank(self, rows: np.ndarray, n_samples: int, mask: np.ndarray) -> np.ndarray:
+        self.masks.append(mask.astype(bool))
+        return self.model.of_fbank(rows, n_samples, mask)
+
+
+def test_each_speaker_of_a_window_is_embedded_from_at_most_the_cap_nearest_the_middle(
+    diarizer: Diarizer, talk
+) -> None:
+    """Each (window, speaker) of the talk (10 s windows, 5 s apart) is embedded from at most
+    `max_embed_s` of its frames, those around the window's middle, so the windows' middles tile
+    the audio instead of every second being embedded twice."""
+    audio, _ = talk
+    recording = _Recording(diarizer.embedding)
+    models = SpeakerModels(diarizer.segmentation, recording, "CPU", "CPUExecutionProvider")
+    Diarizer(models, diarizer.options)(audio, SpeakerHints())
+    cap = round(diarizer.options.max_embed_s / FRAME_STEP_S)
+    assert len(recording.masks) >= 5  # the talk's ~20 s: 5 (window, speaker) pairs
+    assert max(int(m.sum()) for m in recording.masks) <= cap  # uncapped: 337 and 589 frames
+    full = [m for m in recording.masks if m.sum() == cap]
+    assert len(full) >= 2  # windows where one speaker talks more than the cap: exactly it
+    middle = FRAMES_PER_WINDOW // 2
+    for m in full:  # the kept frames lie around the middle (its quarter either side)
+        kept = np.flatnonzero(m)
+        assert abs(float(np.median(kept)) - middle) < FRAMES_PER_WINDOW / 4, kept
