@@ -13,7 +13,6 @@ package, which is not installed beside onnxruntime-openvino: run it from a venv 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -24,7 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.step_profile import step_inputs  # noqa: E402
+from benchmarks import common  # noqa: E402
+from benchmarks.step_profile import cpu_config, step_inputs  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -35,6 +35,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--precision", default="f32", help="INFERENCE_PRECISION_HINT")
     p.add_argument("--calls", type=int, default=60, help="timed calls per way and round")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (best median kept)")
+    p.add_argument("--out", type=Path, help="also write the Markdown here")
     return p.parse_args()
 
 
@@ -55,17 +56,10 @@ def main() -> None:
         import openvino as ov
     except ImportError:
         sys.exit("this script needs the openvino package (see its docstring)")
+    load_before = common.load1()
     core = ov.Core()
-    config = {
-        "INFERENCE_NUM_THREADS": args.threads,
-        "INFERENCE_PRECISION_HINT": args.precision,
-        "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",
-        "SNIPPETS_MODE": "DISABLE",
-    }
-    print(f"OpenVINO {ov.__version__}, {args.precision}, {args.threads} threads, one row, "
-          f"past {args.past}, load {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print("| model | fed per call | all set once | cross K/V set once, rest fed |")
-    print("|---|---|---|---|")
+    config = cpu_config(args.threads, args.precision, activation_groups=0)
+    rows = []
     for folder in args.model_dir:
         model = core.read_model(str(folder / "decoder.onnx"))
         compiled = core.compile_model(model, "CPU", config)
@@ -81,9 +75,20 @@ def main() -> None:
         for _ in range(args.rounds):  # the ways alternate
             for way, found in zip(ways, medians, strict=True):
                 found.append(median_ms(way, args.calls))
-        best = [min(found) for found in medians]
-        print(f"| {folder.name} | " + " | ".join(f"{ms:.2f} ms" for ms in best) + " |")
-    print(f"load at end {os.getloadavg()[0]:.2f}")
+        rows.append([folder.name, *(f"{min(found):.2f} ms" for found in medians)])
+    setting = (f"OpenVINO {ov.__version__}, {args.precision}, {args.threads} threads, one row, "
+               f"past {args.past}; medians of {args.calls} calls, best of {args.rounds} "
+               "alternating rounds.")  # fmt: skip
+    head = ["model", "fed per call", "all set once", "cross K/V set once, rest fed"]
+    lines = [
+        *common.header("One decoder step inside OpenVINO", load_before, [setting]),
+        "",
+        *common.table(head, rows),
+    ]
+    if args.out:
+        common.write(args.out, lines)
+    else:
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,17 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def cpu_config(threads: int, precision: str, activation_groups: int) -> dict[str, object]:
+    """OpenVINO's CPU settings for compiling `decoder.onnx` by itself as the EP would."""
+    return {
+        "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": precision,
+        "DYNAMIC_QUANTIZATION_GROUP_SIZE": str(activation_groups),
+        # the standalone compiler rejects a bf16 MatMul snippet that the EP's path never forms
+        "SNIPPETS_MODE": "DISABLE",
+    }
+
+
 def step_inputs(model, rows: int, past: int, shared: bool) -> dict[str, np.ndarray]:
     """Random inputs of one decoder step with `rows` rows after `past` positions."""
     rng = np.random.default_rng(0)
@@ -95,15 +106,8 @@ def main() -> None:
         sys.exit("this script needs the openvino package: pip install openvino==2025.4.1")
     core = ov.Core()
     model = core.read_model(str(args.model_dir / "decoder.onnx"))
-    config = {
-        "PERF_COUNT": "YES",
-        "INFERENCE_NUM_THREADS": args.threads,
-        "INFERENCE_PRECISION_HINT": args.precision,
-        "DYNAMIC_QUANTIZATION_GROUP_SIZE": str(args.activation_groups),
-        # the standalone compiler rejects a bf16 MatMul snippet that the EP's path never forms
-        "SNIPPETS_MODE": "DISABLE",
-    }
-    compiled = core.compile_model(model, "CPU", config)
+    config = cpu_config(args.threads, args.precision, args.activation_groups)
+    compiled = core.compile_model(model, "CPU", {"PERF_COUNT": "YES", **config})
     manifest = json.loads((args.model_dir / "manifest.json").read_text())
     lines = [
         f"# Decoder step profile: {manifest['name']} ({manifest.get('precision', '?')} files), "
