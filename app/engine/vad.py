@@ -327,10 +327,5 @@ class VadStream:
                 return VadEvent("pause", self._silence_start)
         return None
 
-    def paused_since(self) -> int | None:
-        """Where the current silence began, if it was reported as a pause (nothing but silence
-        was heard since)."""
-        return self._silence_start if self._paused else None
-
 
 # ---- whole clips ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.engine.vad import CHUNK_SAMPLES, SileroVad, VadState
+from app.engine.vad import CHUNK_SAMPLES, SileroVad, VadOptions, VadState, VadStream
 from app.runtime.contract import SAMPLE_RATE
 from app.service.live import (
     SpeechStarted,
@@ -16,6 +16,7 @@ from app.service.live import (
     StreamingSession,
     VoiceActivity,
 )
+from app.service.live.session import ADMIT_SLICE
 from app.service.transcriber import Transcriber
 from tests.engine.conftest import JFK, clip
 
@@ -80,3 +81,39 @@ def test_each_chunk_goes_through_the_vad_once(tiny_tr: Transcriber, vad: SileroV
         session.decode()
     assert counted.chunks == audio.shape[0] // CHUNK_SAMPLES
     assert session.text.lower().count("fellow americans") == 2, session.text
+
+
+def test_a_pause_the_last_pass_covered_is_committed_from_it_though_speech_was_heard_after(
+    tiny_tr: Transcriber, vad: SileroVad
+) -> None:
+    """The VAD hears ahead of admission: by the time admission reaches jfk's first pause it has
+    heard the silence end and "ask not" begin. The pause is judged where admission is, so the
+    words of the pass that already covered it are committed without decoding again (a second
+    pass there cost a base stream ~1 s for "Americans," at real-time pace)."""
+    audio = clip(JFK)
+    stream = VadStream(vad, VadOptions(), pause_s=0.3)
+    decided = []
+    for i in range(0, audio.shape[0], CHUNK_SAMPLES):
+        decided += [(stream.position, e) for e in stream.feed(audio[i : i + CHUNK_SAMPLES])]
+    (pause_at, pause), (end_at, _) = [(at, e) for at, e in decided if e.kind != "start"][:2]
+    assert pause.kind == "pause", decided
+    # the first pass ends inside the silence, before the pause's padded end: one admission
+    # slice later the pause is decided and the silence's end not yet
+    covered = pause_at - ADMIT_SLICE + CHUNK_SAMPLES
+    assert pause.sample <= covered < pause.sample + round(0.2 * SAMPLE_RATE)  # speech_pad_s
+    assert pause_at <= covered + ADMIT_SLICE < end_at
+
+    events: list[StreamEvent] = []
+    options = StreamingOptions(language="en", pause_s=0.3)
+    session = StreamingSession(tiny_tr, options, vad, events.append)
+    session.append(audio[:covered])
+    assert session.advance()
+    session.decode()
+    assert session.stats().passes == 1 and "fellow americans" not in session.text.lower()
+
+    session.append(audio[covered : round(3.6 * SAMPLE_RATE)])  # "ask" begins at ~3.3 s
+    session.listen()  # what the runner does as the audio arrives, during the next pass
+    assert session.advance()  # admission stops at the pause: its finalization is due
+    session.decode()
+    assert "fellow americans" in session.text.lower(), session.text
+    assert session.stats().passes == 1, "the pause was decoded again"

@@ -124,13 +124,18 @@ class Hearing:
     `listen` hears what was put since it last ran and returns the new events; each is kept with
     the sample where it was decided (the end of the 32 ms chunk that decided it) until admission
     reaches that sample (`decided`). A clear restarts the VAD where the stream goes on
-    (`restart` when asked, `forget` when the session drops the audio)."""
+    (`restart` when asked, `forget` when the session drops the audio).
+
+    `paused_since` is the pause as of the audio admission took (the events `decided` handed
+    out), not as of all the VAD heard: it hears ahead, and speech it heard coming back after a
+    pause must not make the session decode again a pause the last pass already covered."""
 
     def __init__(self, vad: SileroVad, options: VadOptions, pause_s: float | None) -> None:
         self._vad, self._options, self._pause_s = vad, options, pause_s
         self._stream = self._new(0)
         self._unheard: deque[np.ndarray | int] = deque()  # audio, or where a restart goes on
         self._decided: deque[tuple[int, VadEvent]] = deque()
+        self._paused_at: int | None = None  # the taken events' pause: where its silence began
         self._queue_lock = threading.Lock()
         self._lock = threading.Lock()  # one listener at a time
 
@@ -172,7 +177,9 @@ class Hearing:
         with self._lock:
             taken: list[VadEvent] = []
             while self._decided and self._decided[0][0] <= until:
-                taken.append(self._decided.popleft()[1])
+                event = self._decided.popleft()[1]
+                self._paused_at = event.sample if event.kind == "pause" else None
+                taken.append(event)
             return taken
 
     def forget(self, until: int) -> None:
@@ -181,12 +188,13 @@ class Hearing:
         with self._lock:
             while self._decided and self._decided[0][0] <= until:
                 self._decided.popleft()
+            self._paused_at = None
 
     def paused_since(self) -> int | None:
-        """Where the current silence began, if it was reported as a pause (only silence was
-        heard since)."""
+        """Where the silence admission has reached began, if the VAD reported it as a pause
+        (the events taken since hold no speech and no end)."""
         with self._lock:
-            return self._stream.paused_since()
+            return self._paused_at
 
 
 class AudioBuffer:
