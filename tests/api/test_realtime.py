@@ -230,8 +230,11 @@ def test_a_commit_ahead_of_the_server_holds_all_its_audio(
                 done=lambda r: bool(r.of(COMPLETED)))
     )  # fmt: skip
     check_items(run)
-    assert len(run.of("input_audio_buffer.committed")) == 1
-    assert not run.of("input_audio_buffer.speech_started")  # no turn inside committed audio
+    (committed,) = run.of("input_audio_buffer.committed")
+    # no turn inside committed audio: a start the VAD found before the commit arrived (the
+    # server admits the burst a quarter second at a time) opened the item the commit closes
+    started = run.of("input_audio_buffer.speech_started")
+    assert len(started) <= 1 and all(e["item_id"] == committed["item_id"] for e in started)
     assert_close(run.transcript, jfk_rest, JFK_MAX_WER)
 
 

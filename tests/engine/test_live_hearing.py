@@ -117,3 +117,18 @@ def test_a_pause_the_last_pass_covered_is_committed_from_it_though_speech_was_he
     session.decode()
     assert "fellow americans" in session.text.lower(), session.text
     assert session.stats().passes == 1, "the pause was decoded again"
+
+
+def test_admission_hears_only_the_audio_it_admits(tiny_tr: Transcriber, vad: SileroVad) -> None:
+    """A backlog (the audio that arrived during a pass) is heard as it is admitted: admission
+    stops at a pause to finalize it, and the VAD over the audio after the pause waits for the
+    next admission instead of delaying that finalization."""
+    counted = CountedVad(vad)
+    options = StreamingOptions(language="en", pause_s=0.3)
+    session = StreamingSession(tiny_tr, options, counted)  # type: ignore[arg-type]
+    session.append(clip(JFK))
+    assert session.advance()  # stopped at the first pause (~2.2 s): its finalization is due
+    stats = session.stats()
+    admitted = round((stats.received_s - stats.inbox_s) * SAMPLE_RATE)
+    assert stats.inbox_s > 5.0, stats
+    assert counted.chunks == admitted // CHUNK_SAMPLES, (counted.chunks, admitted)

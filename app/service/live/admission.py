@@ -121,7 +121,8 @@ class Hearing:
     """The session's VAD, run over the audio in the order it was received (`put`, `restart`
     by the one appender, before the inbox gets the audio; `listen` from any thread).
 
-    `listen` hears what was put since it last ran and returns the new events; each is kept with
+    `listen` hears what was put since it last ran (or up to a sample) and returns the new
+    events; each is kept with
     the sample where it was decided (the end of the 32 ms chunk that decided it) until admission
     reaches that sample (`decided`). A clear restarts the VAD where the stream goes on
     (`restart` when asked, `forget` when the session drops the audio).
@@ -136,6 +137,7 @@ class Hearing:
         self._unheard: deque[np.ndarray | int] = deque()  # audio, or where a restart goes on
         self._decided: deque[tuple[int, VadEvent]] = deque()
         self._paused_at: int | None = None  # the taken events' pause: where its silence began
+        self._put_heard = 0  # absolute sample: the audio put up to here went to the VAD
         self._queue_lock = threading.Lock()
         self._lock = threading.Lock()  # one listener at a time
 
@@ -153,18 +155,28 @@ class Hearing:
         with self._queue_lock:
             self._unheard.append(at)
 
-    def listen(self) -> list[VadEvent]:
-        """Run the VAD over the audio put since the last call; the new events."""
+    def listen(self, until: int | None = None) -> list[VadEvent]:
+        """Run the VAD over the audio put since the last call, up to absolute sample `until`
+        (all of it without); the new events."""
         with self._lock:
             heard: list[VadEvent] = []
             while True:
                 with self._queue_lock:
                     if not self._unheard:
                         return heard
-                    audio = self._unheard.popleft()
-                if isinstance(audio, int):
-                    self._stream = self._new(audio)
-                    continue
+                    audio = self._unheard[0]
+                    if isinstance(audio, int):
+                        self._unheard.popleft()
+                        self._stream, self._put_heard = self._new(audio), audio
+                        continue
+                    room = audio.shape[0] if until is None else until - self._put_heard
+                    if room <= 0:
+                        return heard
+                    if room < audio.shape[0]:
+                        audio, self._unheard[0] = audio[:room], audio[room:]
+                    else:
+                        self._unheard.popleft()
+                self._put_heard += audio.shape[0]
                 stream = self._stream
                 for i in range(0, audio.shape[0], CHUNK_SAMPLES):  # one chunk decides at most
                     for event in stream.feed(audio[i : i + CHUNK_SAMPLES]):

@@ -8,8 +8,8 @@ or a client commit is committed).
 
 How:
 
-    append() -> inbox -> listen(): VAD per 32 ms chunk as the audio arrives (while passes run)
-                   -> advance(): admit audio into the buffer, applying the VAD's events
+    append() -> inbox -> advance(): admit audio into the buffer, the VAD per 32 ms chunk of it
+                              (or listen() first, as the audio arrives: a Wyoming utterance)
                               buffer = contiguous audio not yet cut away (<= one 30 s window)
     decode(): every `step_s` of new speech: one pass over the whole buffer (`window_pass`);
               the commit policy (`policy`: LocalAgreement-2 or AlignAtt) says how many of the
@@ -137,12 +137,15 @@ class StreamingSession:
             self._vad.restart(self.inbox.received)
         self.inbox.mark_clear()
 
-    def listen(self) -> None:
-        """Run the VAD over the audio appended since (any thread; the runner calls it as audio
-        arrives, while a pass decodes): `VoiceActivity` events as it hears them; admission
-        applies each when it reaches the audio that decided it."""
+    def listen(self, until: int | None = None) -> None:
+        """Run the VAD over the audio appended since, up to absolute sample `until` (all of it
+        without; any thread: the runner calls it as audio arrives, while a pass decodes, for a
+        session that must hear a pause at once): `VoiceActivity` events as it hears them;
+        admission applies each when it reaches the audio that decided it. Admission itself hears
+        only what it admits: the rest of a backlog waits for the next admission, so a pause's
+        finalization does not first wait for the VAD over the audio after it."""
         if self._vad is not None:
-            for event in self._vad.listen():
+            for event in self._vad.listen(until):
                 self.on_event(VoiceActivity(event.kind, round(event.sample / SAMPLE_RATE, 3)))
 
     @property
@@ -207,7 +210,7 @@ class StreamingSession:
         assert vad is not None
         preroll = round(self.options.preroll_s * SAMPLE_RATE)
         pad = round(vad.speech_pad_s * SAMPLE_RATE)
-        self.listen()
+        self.listen(self._buf.end)
         for event in self._vad.decided(self._buf.end):
             if event.kind == "start" and not self._open:
                 self._open = True
