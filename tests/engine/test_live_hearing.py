@@ -100,12 +100,10 @@ def test_a_pause_the_last_pass_covered_is_committed_from_it_though_speech_was_he
     # the first pass ends inside the silence, before the pause's padded end: one admission
     # slice later the pause is decided and the silence's end not yet
     covered = pause_at - ADMIT_SLICE + CHUNK_SAMPLES
-    assert pause.sample <= covered < pause.sample + round(0.2 * SAMPLE_RATE)  # speech_pad_s
+    assert pause.sample <= covered < pause.sample + round(VadOptions().speech_pad_s * SAMPLE_RATE)
     assert pause_at <= covered + ADMIT_SLICE < end_at
 
-    events: list[StreamEvent] = []
-    options = StreamingOptions(language="en", pause_s=0.3)
-    session = StreamingSession(tiny_tr, options, vad, events.append)
+    session = StreamingSession(tiny_tr, StreamingOptions(language="en", pause_s=0.3), vad)
     session.append(audio[:covered])
     assert session.advance()
     session.decode()

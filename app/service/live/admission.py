@@ -122,10 +122,9 @@ class Hearing:
     by the one appender, before the inbox gets the audio; `listen` from any thread).
 
     `listen` hears what was put since it last ran (or up to a sample) and returns the new
-    events; each is kept with
-    the sample where it was decided (the end of the 32 ms chunk that decided it) until admission
-    reaches that sample (`decided`). A clear restarts the VAD where the stream goes on
-    (`restart` when asked, `forget` when the session drops the audio).
+    events; each is kept with the sample where it was decided (the end of the 32 ms chunk that
+    decided it) until admission reaches that sample (`decided`). A clear restarts the VAD where
+    the stream goes on (`restart` when asked, `forget` when the session drops the audio).
 
     `paused_since` is the pause as of the audio admission took (the events `decided` handed
     out), not as of all the VAD heard: it hears ahead, and speech it heard coming back after a
