@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import common  # noqa: E402
-from benchmarks.step_profile import cpu_config, step_inputs  # noqa: E402
+from benchmarks.step_profile import cpu_config, import_openvino, step_inputs  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,10 +52,7 @@ def median_ms(call: Callable[[], object], calls: int) -> float:
 
 def main() -> None:
     args = parse_args()
-    try:
-        import openvino as ov
-    except ImportError:
-        sys.exit("this script needs the openvino package (see its docstring)")
+    ov = import_openvino()
     load_before = common.load1()
     core = ov.Core()
     config = cpu_config(args.threads, args.precision, activation_groups=0)

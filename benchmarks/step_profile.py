@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -47,6 +48,16 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--calls", type=int, default=20, help="profiled calls per configuration")
     p.add_argument("--out", type=Path, help="also write a Markdown table here")
     return p.parse_args()
+
+
+def import_openvino() -> ModuleType:
+    """The `openvino` package, or exit saying how to get it (a venv of its own: beside
+    onnxruntime-openvino the two do not load in one process)."""
+    try:
+        import openvino
+    except ImportError:
+        sys.exit("this script needs the openvino package: pip install openvino==2025.4.1")
+    return openvino
 
 
 def cpu_config(threads: int, precision: str, activation_groups: int) -> dict[str, object]:
@@ -100,10 +111,7 @@ def profile(compiled, feed: dict[str, np.ndarray], calls: int) -> tuple[dict, fl
 
 def main() -> None:
     args = parse_args()
-    try:
-        import openvino as ov
-    except ImportError:
-        sys.exit("this script needs the openvino package: pip install openvino==2025.4.1")
+    ov = import_openvino()
     core = ov.Core()
     model = core.read_model(str(args.model_dir / "decoder.onnx"))
     config = cpu_config(args.threads, args.precision, args.activation_groups)
