@@ -327,5 +327,10 @@ class VadStream:
                 return VadEvent("pause", self._silence_start)
         return None
 
+    @property
+    def silence_start(self) -> int | None:
+        """Where the silence the speech is in began (None: speech, or no speech at all)."""
+        return self._silence_start
+
 
 # ---- whole clips ----------------------------------------------------------------------------

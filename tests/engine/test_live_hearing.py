@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.engine.vad import CHUNK_SAMPLES, SileroVad, VadOptions, VadState, VadStream
+from app.engine.vad import CHUNK_SAMPLES, SileroVad, VadEvent, VadOptions, VadState, VadStream
 from app.runtime.contract import SAMPLE_RATE
 from app.service.live import (
     SpeechStarted,
@@ -19,6 +19,8 @@ from app.service.live import (
 from app.service.live.session import ADMIT_SLICE
 from app.service.transcriber import Transcriber
 from tests.engine.conftest import JFK, clip
+
+PAD = round(VadOptions().speech_pad_s * SAMPLE_RATE)  # the speech's tail after the VAD's end
 
 
 class CountedVad:
@@ -83,6 +85,19 @@ def test_each_chunk_goes_through_the_vad_once(tiny_tr: Transcriber, vad: SileroV
     assert session.text.lower().count("fellow americans") == 2, session.text
 
 
+def jfk_first_pause(vad: SileroVad) -> tuple[int, VadEvent, int]:
+    """jfk's first pause: (the sample whose chunk decides it, the event, where the VAD decides
+    the speech came back)."""
+    stream = VadStream(vad, VadOptions(), pause_s=0.3)
+    decided = []
+    audio = clip(JFK)
+    for i in range(0, audio.shape[0], CHUNK_SAMPLES):
+        decided += [(stream.position, e) for e in stream.feed(audio[i : i + CHUNK_SAMPLES])]
+    (pause_at, pause), (resumed_at, _) = [(at, e) for at, e in decided if e.kind != "start"][:2]
+    assert pause.kind == "pause", decided
+    return pause_at, pause, resumed_at
+
+
 def test_a_pause_the_last_pass_covered_is_committed_from_it_though_speech_was_heard_after(
     tiny_tr: Transcriber, vad: SileroVad
 ) -> None:
@@ -91,17 +106,10 @@ def test_a_pause_the_last_pass_covered_is_committed_from_it_though_speech_was_he
     words of the pass that already covered it are committed without decoding again (a second
     pass there cost a base stream ~1 s for "Americans," at real-time pace)."""
     audio = clip(JFK)
-    stream = VadStream(vad, VadOptions(), pause_s=0.3)
-    decided = []
-    for i in range(0, audio.shape[0], CHUNK_SAMPLES):
-        decided += [(stream.position, e) for e in stream.feed(audio[i : i + CHUNK_SAMPLES])]
-    (pause_at, pause), (end_at, _) = [(at, e) for at, e in decided if e.kind != "start"][:2]
-    assert pause.kind == "pause", decided
-    # the first pass ends inside the silence, before the pause's padded end: one admission
-    # slice later the pause is decided and the silence's end not yet
-    covered = pause_at - ADMIT_SLICE + CHUNK_SAMPLES
-    assert pause.sample <= covered < pause.sample + round(VadOptions().speech_pad_s * SAMPLE_RATE)
-    assert pause_at <= covered + ADMIT_SLICE < end_at
+    pause_at, pause, resumed_at = jfk_first_pause(vad)
+    # the first pass ends inside the silence, past its pad and before the pause is decided
+    covered = pause.sample + PAD
+    assert covered < pause_at and pause_at <= covered + ADMIT_SLICE < resumed_at
 
     session = StreamingSession(tiny_tr, StreamingOptions(language="en", pause_s=0.3), vad)
     session.append(audio[:covered])
@@ -114,6 +122,29 @@ def test_a_pause_the_last_pass_covered_is_committed_from_it_though_speech_was_he
     assert session.advance()  # admission stops at the pause: its finalization is due
     session.decode()
     assert "fellow americans" in session.text.lower(), session.text
+    assert session.stats().passes == 1, "the pause was decoded again"
+
+
+def test_a_pass_waits_for_the_tail_of_the_word_before_a_silence(
+    tiny_tr: Transcriber, vad: SileroVad
+) -> None:
+    """The VAD hears a word's soft tail ("Americans"' s) as silence: the speech's pad after it
+    belongs to the word. A pass due just after the speech went silent waits for the pad, so it
+    reads the last word whole and the pause's finalization commits from it without decoding
+    again (a pass cut there read "America" and committed it)."""
+    audio = clip(JFK)
+    _, pause, _ = jfk_first_pause(vad)
+    session = StreamingSession(tiny_tr, StreamingOptions(language="en", pause_s=0.3), vad)
+    early = pause.sample + CHUNK_SAMPLES
+    session.append(audio[:early])
+    assert not session.advance(), "a pass would end inside the pad"
+    session.append(audio[early : pause.sample + PAD])
+    assert session.advance()
+    session.decode()
+    session.append(audio[pause.sample + PAD : round(3.0 * SAMPLE_RATE)])
+    assert session.advance()  # the pause: its finalization is due
+    session.decode()
+    assert "my fellow americans" in session.text.lower(), session.text
     assert session.stats().passes == 1, "the pause was decoded again"
 
 

@@ -201,6 +201,12 @@ class Hearing:
                 self._decided.popleft()
             self._paused_at = None
 
+    def silent_since(self) -> int | None:
+        """Where the silence the VAD hears speech in began (None: speech, or no speech); it
+        may have heard ahead of admission."""
+        with self._lock:
+            return self._stream.silence_start
+
     def paused_since(self) -> int | None:
         """Where the silence admission has reached began, if the VAD reported it as a pause
         (the events taken since hold no speech and no end)."""

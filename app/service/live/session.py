@@ -118,6 +118,8 @@ class StreamingSession:
         self._passes = 0
         self._skipped = 0
         self._decode = TimeSpent()
+        # audio after the VAD's speech end that still belongs to the speech (a last word's tail)
+        self._pad = round(options.vad.speech_pad_s * SAMPLE_RATE) if options.vad else 0
 
     # ---- input (any thread) ----------------------------------------------------------------
     def append(self, audio: np.ndarray) -> None:
@@ -209,7 +211,6 @@ class StreamingSession:
         vad = self.options.vad
         assert vad is not None
         preroll = round(self.options.preroll_s * SAMPLE_RATE)
-        pad = round(vad.speech_pad_s * SAMPLE_RATE)
         self.listen(self._buf.end)
         for event in self._vad.decided(self._buf.end):
             if event.kind == "start" and not self._open:
@@ -230,13 +231,15 @@ class StreamingSession:
                     log.debug("ignored %.2f s of speech (shorter than min_speech_s)", speech_s)
                     self.on_event(Finalized("pause", event.sample / SAMPLE_RATE))
                 elif not self._request_final(
-                    min(event.sample + pad, self._buf.end), "pause", speech=True
+                    min(event.sample + self._pad, self._buf.end), "pause", speech=True
                 ):
                     self.on_event(Finalized("pause", event.sample / SAMPLE_RATE))
             elif event.kind == "pause" and self._open:
                 speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
                 if speech_s >= vad.min_speech_s or self.commits.pending:
-                    self._request_final(min(event.sample + pad, self._buf.end), None, speech=True)
+                    self._request_final(
+                        min(event.sample + self._pad, self._buf.end), None, speech=True
+                    )
         if not self._open and self._final_until is None:
             gap = self._buf.end - max(self._speech_end, self._buf.start)
             if self._nothing_to_keep() or gap > round(self.options.context_gap_s * SAMPLE_RATE):
@@ -290,7 +293,14 @@ class StreamingSession:
         if not self._open:
             return False
         new = self._buf.end - max(self._decoded_until, self._buf.start)
-        return new >= round(self.options.step_s * SAMPLE_RATE)
+        return new >= round(self.options.step_s * SAMPLE_RATE) and not self._tail_due()
+
+    def _tail_due(self) -> bool:
+        """The speech went silent less than the pad ago: the pad (the tail of its last word,
+        which the VAD hears as silence) arrives within `speech_pad_s`. A pass now would read
+        that word cut, and the pause's finalization could not commit from it."""
+        silent = self._vad.silent_since() if self._vad is not None else None
+        return silent is not None and silent <= self._buf.end < silent + self._pad
 
     @property
     def idle(self) -> bool:
