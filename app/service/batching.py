@@ -24,15 +24,17 @@ encoder lane) are the only ones that run the model. The decoder lane loops:
    (`CoreTurns`: at once they slow each other down several-fold), the encoder taking at most
    `encoder_share` of the time while decodes run; on other devices they run side by side.
 
-Cross K/V cost: a decoder row reads its window's cross K/V ([H, 1500, Dh] per layer, 18 MB for
-tiny, 37 MB for base in f32) as much as the weights, so they are never copied per step. Windows
-encoded here are written once into a *slab* of slots ([slots, H, 1500, Dh] per layer); the caller
-gets views of its slot (`CrossKV`, released when the caller drops it). Single-row calls are grouped
-by slot, so a group's cross K/V are one contiguous slice of the slab; a slot in the middle whose
-caller is away this step becomes a dummy row (masked, output dropped) rather than a copy, and
-live windows are moved down into freed slots between steps; a freed slot's memory pages go back
-to the system (`cross_slab.py`). Other calls (beams: several rows on one window; windows from
-outside) are stacked by copy, and the copy is kept while the group's members stay the same.
+Cross K/V cost: a decoder row reads its window's cross K/V ([H, 1500, Dh] per layer, 18 MB for tiny,
+37 MB for base in f32) as much as the weights, so they are never copied per step. Windows encoded
+here live in a *slab* of slots ([slots, H, 1500, Dh] per layer): the encoder writes a single window
+straight into a free slot (the first window, which sizes the slab, is copied in; with no slot free,
+or for a call of several rows, the caller keeps the encoder's own arrays). The caller gets views of
+its slot (`CrossKV`, released when the caller drops it). Single-row calls are grouped by slot, so a
+group's cross K/V are one contiguous slice of the slab; a slot in the middle whose caller is away
+this step becomes a dummy row (masked, output dropped) rather than a copy, and live windows are
+moved down into freed slots between steps; a freed slot's memory pages go back to the system
+(`cross_slab.py`). Other calls (beams: several rows on one window; windows from outside) are stacked
+by copy, and the copy is kept while the group's members stay the same.
 Packing and the queued calls: `batch_pack.py`; options and records: `batch_records.py`.
 
 Sequences join and leave between steps; no caller waits for another to finish. Results equal
@@ -376,8 +378,14 @@ class BatchingSessions:
     def _encode(self, calls: list[EncodeCall]) -> None:
         started = time.perf_counter()
         try:
-            features = np.concatenate([c.features for c in calls]) if len(calls) > 1 else None
-            cross = self.inner.encode(features if features is not None else calls[0].features)
+            held = self._encode_into_slab(calls)
+            if held is None:
+                features = np.concatenate([c.features for c in calls]) if len(calls) > 1 else None
+                cross = self.inner.encode(features if features is not None else calls[0].features)
+                starts = np.cumsum([0] + [c.rows for c in calls])[:-1]
+                held = [
+                    self._hold(cross, int(at), c.rows) for at, c in zip(starts, calls, strict=True)
+                ]
         except Exception as e:
             if len(calls) == 1:
                 calls[0].finish(error=e)
@@ -386,10 +394,8 @@ class BatchingSessions:
             for call in calls:
                 self._encode([call])
             return
-        offset = 0
-        for call in calls:
-            call.finish(self._hold(cross, offset, call.rows))
-            offset += call.rows
+        for call, cross_kv in zip(calls, held, strict=True):
+            call.finish(cross_kv)
         windows = sum(c.rows for c in calls)
         with self._stats_lock:
             self.stats.encode_calls += 1
@@ -397,6 +403,28 @@ class BatchingSessions:
         waited = started - min(c.arrived for c in calls)
         seconds = time.perf_counter() - started
         self._record(StepRecord("encode", windows, len(calls), 0.0, waited, seconds))
+
+    def _encode_into_slab(self, calls: list[EncodeCall]) -> list[CrossKV] | None:
+        """Single windows are encoded straight into free slab slots (no output arrays made
+        and copied per call); None when that cannot be (the slab is made at the first encode,
+        a call has several rows, or too few slots are free)."""
+        slab = self._slab
+        if slab is None or any(c.rows != 1 for c in calls):
+            return None
+        slots = slab.take(len(calls))
+        if not slots:
+            return None
+        try:
+            first = 0  # calls[first:k] go to the contiguous slots slots[first:k]
+            for k in range(1, len(calls) + 1):
+                if k == len(calls) or slots[k] != slots[k - 1] + 1:
+                    features = np.concatenate([c.features for c in calls[first:k]])
+                    self.inner.encode_into(features, slab.view(slots[first], slots[k - 1] + 1))
+                    first = k
+        except BaseException:
+            slab.give_back(slots)
+            raise
+        return [slab.hold(slot) for slot in slots]
 
     def _hold(self, cross: list[np.ndarray], offset: int, rows: int) -> list[np.ndarray]:
         """A caller's rows of encoder outputs: a slab slot for a single window when one is free,

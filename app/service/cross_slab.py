@@ -51,12 +51,30 @@ class CrossSlab:
 
     def store(self, cross: list[np.ndarray], row: int) -> CrossKV | None:
         """Copy row `row` of encoder outputs into a free slot; None when every slot is taken."""
-        with self._lock:
-            if not self._free:
-                return None
-            slot = self._free.pop(0)
+        slots = self.take(1)
+        if not slots:
+            return None
         for dst, src in zip(self.arrays, cross, strict=True):
-            dst[slot] = src[row]
+            dst[slots[0]] = src[row]
+        return self.hold(slots[0])
+
+    def take(self, n: int) -> list[int]:
+        """Reserve the `n` lowest free slots for windows about to be written into them (all `n`
+        or none: []); each becomes a window by `hold`, or goes back by `give_back`."""
+        with self._lock:
+            if len(self._free) < n:
+                return []
+            taken, self._free = self._free[:n], self._free[n:]
+            return taken
+
+    def give_back(self, slots: list[int]) -> None:
+        """Slots `take` reserved that will not hold a window (the encoder call failed)."""
+        with self._lock:
+            for slot in slots:
+                self._free_slot_locked(slot)
+
+    def hold(self, slot: int) -> CrossKV:
+        """The window written into reserved `slot`, held until the returned list is dropped."""
         held = CrossKV(a[slot : slot + 1] for a in self.arrays)
         held.slab, held._cell = self, [slot]
         with self._lock:

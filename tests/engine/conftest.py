@@ -59,12 +59,17 @@ def clip(name: str) -> np.ndarray:
     return audio
 
 
-def window_cross(sessions: WhisperSessions, audio: np.ndarray) -> list[np.ndarray]:
-    """Cross K/V [1, H, 1500, Dh] per layer of the first 30 s window of `audio`."""
+def window_features(sessions: WhisperSessions, audio: np.ndarray) -> np.ndarray:
+    """The encoder's input f32 [1, n_mels, 3000] for the first 30 s window of `audio`."""
     mel = log_mel_spectrogram(
         audio[:N_SAMPLES_PER_WINDOW], sessions.manifest.dims.n_mels, padding=N_SAMPLES_PER_WINDOW
     )
-    return sessions.encode(np.ascontiguousarray(pad_or_trim(mel)[None]))
+    return np.ascontiguousarray(pad_or_trim(mel)[None])
+
+
+def window_cross(sessions: WhisperSessions, audio: np.ndarray) -> list[np.ndarray]:
+    """Cross K/V [1, H, 1500, Dh] per layer of the first 30 s window of `audio`."""
+    return sessions.encode(window_features(sessions, audio))
 
 
 def normalise(text: str) -> str:

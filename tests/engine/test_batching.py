@@ -20,13 +20,13 @@ import pytest
 
 from app.engine.decoding import decode
 from app.engine.decoding_types import DecodingOptions
-from app.service.batch_pack import DecodeCall, DecoderInputs, InputScratch, Layout
+from app.service.batch_pack import DecodeCall, DecoderInputs, EncodeCall, InputScratch, Layout
 from app.service.batch_records import BatchingOptions, StepRecord
 from app.service.batching import BatchingSessions
 from app.service.core_turns import CoreTurns
 from app.service.cross_slab import CrossKV
 from app.service.transcriber import Transcriber, TranscriptionCancelled, TranscriptionOptions
-from tests.engine.conftest import EARNINGS, JFK, clip, window_cross
+from tests.engine.conftest import EARNINGS, JFK, clip, window_cross, window_features
 
 GREEDY = TranscriptionOptions(beam_size=None, best_of=None)
 BEAM = TranscriptionOptions(beam_size=3)
@@ -162,6 +162,27 @@ def test_windows_live_in_slab_slots(tiny_fp16, batched) -> None:
     gc.collect()
     third = batched.encode(features)
     assert third.slot == 0, "the freed slot is reused first"
+
+
+def test_windows_are_encoded_straight_into_free_slots(tiny_fp16, batched) -> None:
+    """Once the first window has sized the slab, the encoder writes each window into its slot
+    (no output arrays made and copied per window): the same cross K/V as the encoder's own,
+    whether the slots of one encoder call lie side by side or apart."""
+    jfk, earnings = (window_features(tiny_fp16, clip(name)) for name in (JFK, EARNINGS))
+    expected = {id(jfk): tiny_fp16.encode(jfk), id(earnings): tiny_fp16.encode(earnings)}
+    first, second, third = (batched.encode(f) for f in (jfk, earnings, jfk))
+    del second  # slot 1 frees: the next two windows go to slots 1 and 3
+    gc.collect()
+    calls = [EncodeCall(0, 1, features=f) for f in (earnings, jfk)]
+    batched._encode(calls)  # one encoder call for both (as the encoder lane batches them)
+    apart = [call.outcome() for call in calls]
+    held = [(jfk, first), (jfk, third), (earnings, apart[0]), (jfk, apart[1])]
+    assert sorted(h.slot for _, h in held) == [0, 1, 2, 3]
+    for features, window in held:
+        assert isinstance(window, CrossKV)
+        for layer, (got, want) in enumerate(zip(window, expected[id(features)], strict=True)):
+            assert np.shares_memory(got, batched._slab.arrays[layer])
+            np.testing.assert_allclose(got, want, atol=1e-4)
 
 
 def test_two_decoder_lanes_take_turns_with_the_encoder(tiny_fp16, tiny_tok, alone: Alone) -> None:
