@@ -8,8 +8,8 @@ system) before the next window as a finished window's are:
 
   copy    `WhisperSessions.encode` (ONNX Runtime allocates the outputs; its arena is off, so each
           call's outputs are fresh pages) then `CrossSlab.store` copies them into the slot
-  direct  `CrossSlab.take` + `WhisperSessions.encode_into` (IOBinding: the encoder writes into
-          the slot) + `CrossSlab.hold`, what the scheduler does since this benchmark was written
+  direct  `CrossSlab.write` with `WhisperSessions.encode_into` (IOBinding: the encoder writes
+          into the slot), what the scheduler does since this benchmark was written
 
 Both alternate call by call on one session and the same features (a real window of speech);
 the figures are medians over `--rounds` of the wall time and the minor page faults of one call.
@@ -64,9 +64,9 @@ class Window:
         return held
 
     def direct(self) -> list[np.ndarray]:
-        (slot,) = self.slab.take(1)
-        self.sessions.encode_into(self.features, self.slab.view(slot, slot + 1))
-        return self.slab.hold(slot)
+        held = self.slab.write([self.features], self.sessions.encode_into)
+        assert held is not None
+        return held[0]
 
 
 def main() -> None:

@@ -378,8 +378,10 @@ class BatchingSessions:
     def _encode(self, calls: list[EncodeCall]) -> None:
         started = time.perf_counter()
         try:
-            held = self._encode_into_slab(calls)
-            if held is None:
+            slab, single = self._slab, all(c.rows == 1 for c in calls)
+            windows = [c.features for c in calls]
+            held = slab.write(windows, self.inner.encode_into) if slab and single else None
+            if held is None:  # the first window sizes the slab; no slot free; several rows
                 features = np.concatenate([c.features for c in calls]) if len(calls) > 1 else None
                 cross = self.inner.encode(features if features is not None else calls[0].features)
                 starts = np.cumsum([0] + [c.rows for c in calls])[:-1]
@@ -403,28 +405,6 @@ class BatchingSessions:
         waited = started - min(c.arrived for c in calls)
         seconds = time.perf_counter() - started
         self._record(StepRecord("encode", windows, len(calls), 0.0, waited, seconds))
-
-    def _encode_into_slab(self, calls: list[EncodeCall]) -> list[CrossKV] | None:
-        """Single windows are encoded straight into free slab slots (no output arrays made
-        and copied per call); None when that cannot be (the slab is made at the first encode,
-        a call has several rows, or too few slots are free)."""
-        slab = self._slab
-        if slab is None or any(c.rows != 1 for c in calls):
-            return None
-        slots = slab.take(len(calls))
-        if not slots:
-            return None
-        try:
-            first = 0  # calls[first:k] go to the contiguous slots slots[first:k]
-            for k in range(1, len(calls) + 1):
-                if k == len(calls) or slots[k] != slots[k - 1] + 1:
-                    features = np.concatenate([c.features for c in calls[first:k]])
-                    self.inner.encode_into(features, slab.view(slots[first], slots[k - 1] + 1))
-                    first = k
-        except BaseException:
-            slab.give_back(slots)
-            raise
-        return [slab.hold(slot) for slot in slots]
 
     def _hold(self, cross: list[np.ndarray], offset: int, rows: int) -> list[np.ndarray]:
         """A caller's rows of encoder outputs: a slab slot for a single window when one is free,

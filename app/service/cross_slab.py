@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 import threading
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
@@ -51,29 +52,47 @@ class CrossSlab:
 
     def store(self, cross: list[np.ndarray], row: int) -> CrossKV | None:
         """Copy row `row` of encoder outputs into a free slot; None when every slot is taken."""
-        slots = self.take(1)
+        slots = self._take(1)
         if not slots:
             return None
         for dst, src in zip(self.arrays, cross, strict=True):
             dst[slots[0]] = src[row]
-        return self.hold(slots[0])
+        return self._hold(slots[0])
 
-    def take(self, n: int) -> list[int]:
-        """Reserve the `n` lowest free slots for windows about to be written into them (all `n`
-        or none: []); each becomes a window by `hold`, or goes back by `give_back`."""
+    def write(
+        self,
+        windows: list[np.ndarray],
+        encode_into: Callable[[np.ndarray, list[np.ndarray]], None],
+    ) -> list[CrossKV] | None:
+        """Encode single windows (features f32 [1, n_mels, 3000] each) straight into free slots:
+        `encode_into(features [k, ...], outputs)` writes each run of k adjacent slots (no output
+        arrays made and copied per window). None when fewer slots are free than windows."""
+        slots = self._take(len(windows))
+        if not slots:
+            return None
+        try:
+            first = 0  # windows[first:k] go to the adjacent slots slots[first:k]
+            for k in range(1, len(slots) + 1):
+                if k == len(slots) or slots[k] != slots[k - 1] + 1:
+                    features = np.concatenate(windows[first:k])
+                    encode_into(features, self.view(slots[first], slots[k - 1] + 1))
+                    first = k
+        except BaseException:
+            with self._lock:
+                for slot in slots:
+                    self._free_slot_locked(slot)
+            raise
+        return [self._hold(slot) for slot in slots]
+
+    def _take(self, n: int) -> list[int]:
+        """Reserve the `n` lowest free slots (all `n` or none: [])."""
         with self._lock:
             if len(self._free) < n:
                 return []
             taken, self._free = self._free[:n], self._free[n:]
             return taken
 
-    def give_back(self, slots: list[int]) -> None:
-        """Slots `take` reserved that will not hold a window (the encoder call failed)."""
-        with self._lock:
-            for slot in slots:
-                self._free_slot_locked(slot)
-
-    def hold(self, slot: int) -> CrossKV:
+    def _hold(self, slot: int) -> CrossKV:
         """The window written into reserved `slot`, held until the returned list is dropped."""
         held = CrossKV(a[slot : slot + 1] for a in self.arrays)
         held.slab, held._cell = self, [slot]
