@@ -28,6 +28,8 @@ How:
   stays as context for the next utterance unless the silence lasts `context_gap_s`; then only
   `preroll_s` of audio is kept. A shorter silence (`pause_s`) commits the same way without
   ending the turn (the words before it are whole; AlignAtt never commits a pass's last word).
+  A pass due less than the VAD's `speech_pad_s` into a silence waits for the pad: it holds the
+  tail of the last word, which the VAD hears as silence ("Americans"' s).
 - Audio that arrives faster than it is decoded waits in the inbox and the next pass covers all
   of it (coalescing); the buffer never exceeds one 30 s window (a pass on a buffer longer than
   `max_buffer_s` commits up to its last closed segment whatever the policy says).
