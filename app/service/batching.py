@@ -382,8 +382,9 @@ class BatchingSessions:
             windows = [c.features for c in calls]
             held = slab.write(windows, self.inner.encode_into) if slab and single else None
             if held is None:  # the first window sizes the slab; no slot free; several rows
-                features = np.concatenate([c.features for c in calls]) if len(calls) > 1 else None
-                cross = self.inner.encode(features if features is not None else calls[0].features)
+                cross = self.inner.encode(
+                    np.concatenate(windows) if len(windows) > 1 else windows[0]
+                )
                 starts = np.cumsum([0] + [c.rows for c in calls])[:-1]
                 held = [
                     self._hold(cross, int(at), c.rows) for at, c in zip(starts, calls, strict=True)
