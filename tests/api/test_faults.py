@@ -218,6 +218,57 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
     assert "Application shutdown complete" in server.log_tail()
 
 
+def test_a_session_drained_at_shutdown_goes_on_answering_its_client(tmp_path: Path) -> None:
+    """A Realtime client keeps sending until it sees the close, and its connection's keepalive
+    wants pongs meanwhile. A drain whose last pass takes seconds (two minutes of audio sent in
+    a burst before the signal) still reads the socket: the session gets its completed item and
+    close 1001, not the keepalive's 1011 with the transcript lost."""
+    server = start_server(
+        tmp_path, "drain-read", uvicorn_args=["--ws-ping-interval", "0.25", "--ws-ping-timeout",
+                                               "1"], STT_STREAM_MAX_BUFFERED_S="300",
+    )  # fmt: skip
+    events: list[dict] = []
+
+    async def session() -> int | None:
+        pcm = load_pcm16(LONG_WAV, 24000) * 2
+        url = server.base_url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+        async with connect(url, ping_interval=None) as ws:
+
+            async def read() -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    async for message in ws:
+                        events.append(json.loads(message))
+
+            reader = asyncio.create_task(read())
+            update = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(json.dumps({"type": "session.update", "session": update}))
+                for offset in range(0, len(pcm), 4800):
+                    audio = base64.b64encode(pcm[offset : offset + 4800]).decode()
+                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+                    await asyncio.sleep(0.001)  # the client answers the server's pings
+                server.process.send_signal(signal.SIGTERM)
+                silence = base64.b64encode(bytes(4800)).decode()
+                while not reader.done():  # a microphone goes on until the close
+                    await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                              "audio": silence}))  # fmt: skip
+                    await asyncio.sleep(0.02)
+            await reader
+        return ws.close_code
+
+    try:
+        closed = asyncio.run(asyncio.wait_for(session(), 120))
+        code = server.process.wait(60)
+    finally:
+        stop_server(server)
+    completed_type = "conversation.item.input_audio_transcription.completed"
+    completed = [e for e in events if e["type"] == completed_type]
+    assert closed == 1001, (closed, server.log_tail())
+    # the whole two minutes sent before the signal (the clip once is ~93 words)
+    assert len(completed) == 1 and len(completed[0]["transcript"].split()) > 150, completed
+    assert code in CLEAN_EXIT, server.log_tail()
+
+
 def test_shutdown_delay_reports_draining_while_still_serving(tmp_path: Path) -> None:
     """With STT_SHUTDOWN_DELAY_S, SIGTERM first turns /health to 503 "draining" while requests
     are still served (a load balancer takes the replica out before it stops accepting); a new

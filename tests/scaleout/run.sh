@@ -34,6 +34,7 @@ wanted() { [[ " $ONLY " == *" $1 "* ]]; }
 
 started_dockerd=0
 deployed=0
+failure=""  # the failed scenario's own report, repeated after the service logs (CI shows the tail)
 swarm_started=0
 cleanup() {
   local rc=$?
@@ -41,6 +42,11 @@ cleanup() {
   if ((deployed)) && ((rc != 0)); then
     log "service logs (last 40 lines each):"
     for s in stt haproxy; do docker service logs --tail 40 "${STACK}_$s" 2>&1 | sed 's/^/    /'; done
+    log "the app's warnings and errors:"
+    docker service logs "${STACK}_stt" 2>&1 | grep -E -A12 ' (WARNING|ERROR|CRITICAL) |Traceback' \
+      | tail -80 | sed 's/^/    /'
+    log "drains:"
+    docker service logs "${STACK}_stt" 2>&1 | grep -E 'shutdown:|Shutting down' | sed 's/^/    /'
   fi
   if [[ ${STT_CI_KEEP:-0} != 1 ]]; then
     if ((deployed)); then
@@ -54,6 +60,7 @@ cleanup() {
     ((swarm_started)) && docker swarm leave --force >/dev/null 2>&1
     ((started_dockerd)) && "$ROOT/docker/ci-base.sh" --stop
   fi
+  [[ -n $failure ]] && printf '%s\n' "$failure"
   if ((rc == 0)); then log "scale-out test PASSED"; else log "scale-out test FAILED (exit $rc)"; fi
   exit "$rc"
 }
@@ -136,7 +143,11 @@ log "2 replicas in rotation after $SECONDS s"
 for scenario in spread unhealthy kill update; do
   wanted "$scenario" || continue
   log "== $scenario"
-  "$PY" tests/scaleout/driver.py "$scenario" --url "$url" 2>&1 \
-    | sed 's/^/    /'
-  [[ ${PIPESTATUS[0]} == 0 ]] || fail "$scenario"
+  out=$(mktemp)
+  if ! "$PY" tests/scaleout/driver.py "$scenario" --url "$url" 2>&1 | sed 's/^/    /' | tee "$out"
+  then
+    failure="[scaleout] $scenario failed; its driver said:"$'\n'$(tail -15 "$out")
+    fail "$scenario"
+  fi
+  rm -f "$out"
 done

@@ -274,6 +274,30 @@ class LiveConnection(ABC):
                 stats.skipped_passes, stats.decode_s,
             )  # fmt: skip
 
+    async def _finish_reading(self, receive: asyncio.Future[Any]) -> None:
+        """Finish at shutdown while still reading the socket. The client sends until it sees
+        the close, and a socket nobody reads stops answering its pings: after the keepalive's
+        timeout the connection fails with 1011 and the final events are lost (a drain's last
+        pass can take tens of seconds). What arrives now is not transcribed: the session ends
+        at the signal, as if the client had closed it then."""
+        finishing = asyncio.ensure_future(self.finish())
+        unread = 0
+        try:
+            while not finishing.done():
+                await asyncio.wait({finishing, receive}, return_when=asyncio.FIRST_COMPLETED)
+                if not receive.done():
+                    continue
+                if receive.result()["type"] == "websocket.disconnect":
+                    await finishing
+                    raise WebSocketDisconnect(1001)
+                unread += 1
+                receive = asyncio.ensure_future(self.ws.receive())
+        finally:
+            receive.cancel()
+        finishing.result()
+        if unread:
+            log.info("live session: %d message(s) after the shutdown began were not read", unread)
+
     def _fail(self, error: Rejected) -> None:
         self.failed(error)
         self.outbox.put(self.error_event(error))
@@ -299,8 +323,7 @@ class LiveConnection(ABC):
                 done, _ = await asyncio.wait(waits, timeout=idle,
                                              return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
                 if shutdown in done:
-                    receive.cancel()
-                    await self.finish()
+                    await self._finish_reading(receive)
                     return CLOSE_GOING_AWAY, "server shutting down"
                 if receive not in done:
                     receive.cancel()
