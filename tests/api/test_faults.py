@@ -18,6 +18,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -118,33 +119,47 @@ def live_session_in_background(
     return thread
 
 
+async def realtime_session(
+    server: LiveServer, pcm: bytes, events: list, pause_s: float, then: Callable | None = None
+) -> int | None:
+    """A Realtime session (client commits; none is sent) that sends `pcm` (24 kHz) in 100 ms
+    appends `pause_s` apart, then awaits `then(send_append, reader)` if given; collects the events
+    until the close and returns its code."""
+    url = server.base_url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    async with connect(url) as ws:
+
+        async def read() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                async for message in ws:
+                    events.append(json.loads(message))
+
+        async def append(piece: bytes) -> None:
+            audio = base64.b64encode(piece).decode()
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+
+        reader = asyncio.create_task(read())
+        update = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
+        with contextlib.suppress(ConnectionClosed):
+            await ws.send(json.dumps({"type": "session.update", "session": update}))
+            for offset in range(0, len(pcm), 4800):
+                await append(pcm[offset : offset + 4800])
+                await asyncio.sleep(pause_s)
+            if then is not None:
+                await then(append, reader)
+        await reader
+    return ws.close_code
+
+
 def realtime_session_in_background(
     server: LiveServer, results: list, events: list
 ) -> threading.Thread:
-    """The same over the Realtime protocol (client commits; none is sent before the signal)."""
+    """The same over the Realtime protocol, at real-time pace (no commit before the signal)."""
 
-    async def session() -> None:
+    def session() -> None:
         pcm = load_pcm16(JFK_WAV, 24000)
-        url = server.base_url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
-        async with connect(url) as ws:
+        results.append(asyncio.run(realtime_session(server, pcm, events, 0.1)))
 
-            async def read() -> None:
-                with contextlib.suppress(ConnectionClosed):
-                    async for message in ws:
-                        events.append(json.loads(message))
-
-            reader = asyncio.create_task(read())
-            update = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
-            with contextlib.suppress(ConnectionClosed):
-                await ws.send(json.dumps({"type": "session.update", "session": update}))
-                for offset in range(0, len(pcm), 4800):
-                    audio = base64.b64encode(pcm[offset : offset + 4800]).decode()
-                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
-                    await asyncio.sleep(0.1)
-            await reader
-        results.append(ws.close_code)
-
-    thread = threading.Thread(target=asyncio.run, args=(session(),))
+    thread = threading.Thread(target=session)
     thread.start()
     return thread
 
@@ -229,35 +244,17 @@ def test_a_session_drained_at_shutdown_goes_on_answering_its_client(tmp_path: Pa
     )  # fmt: skip
     events: list[dict] = []
 
-    async def session() -> int | None:
-        pcm = load_pcm16(LONG_WAV, 24000) * 2
-        url = server.base_url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
-        async with connect(url, ping_interval=None) as ws:
+    async def until_the_close(append: Callable, reader: asyncio.Task) -> None:
+        server.process.send_signal(signal.SIGTERM)
+        while not reader.done():  # a microphone goes on until the close
+            await append(bytes(4800))
+            await asyncio.sleep(0.02)
 
-            async def read() -> None:
-                with contextlib.suppress(ConnectionClosed):
-                    async for message in ws:
-                        events.append(json.loads(message))
-
-            reader = asyncio.create_task(read())
-            update = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
-            with contextlib.suppress(ConnectionClosed):
-                await ws.send(json.dumps({"type": "session.update", "session": update}))
-                for offset in range(0, len(pcm), 4800):
-                    audio = base64.b64encode(pcm[offset : offset + 4800]).decode()
-                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
-                    await asyncio.sleep(0.001)  # the client answers the server's pings
-                server.process.send_signal(signal.SIGTERM)
-                silence = base64.b64encode(bytes(4800)).decode()
-                while not reader.done():  # a microphone goes on until the close
-                    await ws.send(json.dumps({"type": "input_audio_buffer.append",
-                                              "audio": silence}))  # fmt: skip
-                    await asyncio.sleep(0.02)
-            await reader
-        return ws.close_code
-
+    # a burst (the client still answers the server's pings between appends)
+    pcm = load_pcm16(LONG_WAV, 24000) * 2
+    session = realtime_session(server, pcm, events, 0.001, until_the_close)
     try:
-        closed = asyncio.run(asyncio.wait_for(session(), 120))
+        closed = asyncio.run(asyncio.wait_for(session, 120))
         code = server.process.wait(60)
     finally:
         stop_server(server)
