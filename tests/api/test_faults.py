@@ -36,6 +36,7 @@ from tests.api.conftest import (
     start_server,
     stop_server,
 )
+from tests.api.test_realtime import COMPLETED
 from tests.api.test_stream_ws import load_pcm16, ws_url
 from tests.conftest import model_dir
 
@@ -123,8 +124,8 @@ async def realtime_session(
     server: LiveServer, pcm: bytes, events: list, pause_s: float, then: Callable | None = None
 ) -> int | None:
     """A Realtime session (client commits; none is sent) that sends `pcm` (24 kHz) in 100 ms
-    appends `pause_s` apart, then awaits `then(send_append, reader)` if given; collects the events
-    until the close and returns its code."""
+    appends `pause_s` apart, then awaits `then(append, reader)` if given (`append(pcm)` sends
+    one more append); collects the events until the close and returns its code."""
     url = server.base_url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
     async with connect(url) as ws:
 
@@ -226,8 +227,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
     assert realtime_closed == [1001]
     kinds = [e["type"] for e in realtime_events]
     assert "input_audio_buffer.committed" in kinds, (realtime_closed, realtime_events)
-    completed_type = "conversation.item.input_audio_transcription.completed"
-    completed = [e for e in realtime_events if e["type"] == completed_type]
+    completed = [e for e in realtime_events if e["type"] == COMPLETED]
     assert len(completed) == 1 and normalise(completed[0]["transcript"]).startswith("and so")
     assert code in CLEAN_EXIT, server.log_tail()
     assert "Application shutdown complete" in server.log_tail()
@@ -258,8 +258,7 @@ def test_a_session_drained_at_shutdown_goes_on_answering_its_client(tmp_path: Pa
         code = server.process.wait(60)
     finally:
         stop_server(server)
-    completed_type = "conversation.item.input_audio_transcription.completed"
-    completed = [e for e in events if e["type"] == completed_type]
+    completed = [e for e in events if e["type"] == COMPLETED]
     assert closed == 1001, (closed, server.log_tail())
     # the whole two minutes sent before the signal (the clip once is ~93 words)
     assert len(completed) == 1 and len(completed[0]["transcript"].split()) > 150, completed

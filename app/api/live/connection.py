@@ -287,9 +287,10 @@ class LiveConnection(ABC):
                 await asyncio.wait({finishing, receive}, return_when=asyncio.FIRST_COMPLETED)
                 if not receive.done():
                     continue
-                if receive.result()["type"] == "websocket.disconnect":
+                message = receive.result()
+                if message["type"] == "websocket.disconnect":
                     await finishing
-                    raise WebSocketDisconnect(1001)
+                    raise WebSocketDisconnect(message.get("code", 1000))
                 unread += 1
                 receive = asyncio.ensure_future(self.ws.receive())
         finally:
