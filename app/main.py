@@ -40,7 +40,7 @@ from app.config import Settings
 from app.export import names
 from app.export.child import ChildBuildError, obtain_in_child
 from app.export.errors import BuildError
-from app.runtime.memory import tune_malloc
+from app.runtime.memory import release_free_memory, tune_malloc
 from app.runtime.sessions import RuntimeOptions
 from app.service.batch_records import BatchingOptions
 from app.service.diarize.job import LazyDiarizer
@@ -302,7 +302,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url=None,
     )
     collector = Metrics()
-    pool = WorkerPool(settings.worker_count, settings.max_queue)
+    pool = WorkerPool(settings.worker_count, settings.max_queue, on_idle=release_free_memory)
     collector.bind_pool(pool)
     manager, readiness = build_models(settings), Readiness()
     limits = LiveLimits(settings.stream_max_session_s, settings.stream_max_buffered_s)

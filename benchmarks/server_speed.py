@@ -2,8 +2,9 @@
 
 For each model a real uvicorn server runs with the service's defaults (batching on, int8 files,
 `--threads` threads); faster-whisper int8 runs in its warm worker (`.venv-peer`) with the same
-threads and weights. The 60 s clip, language English, greedy and beam 5 (the REST default);
-one warm-up each, then `--runs` rounds alternating which system goes first. Our time is the
+threads and weights. The 60 s clip and the 10 min clip (`--clips`), language English, greedy and
+beam 5 (the REST default); one warm-up each, then `--runs` rounds alternating which system goes
+first. Our time is the
 client's (upload, queue, decode, response); faster-whisper's its `transcribe` call.
 
     .venv/bin/python benchmarks/server_speed.py --models tiny.en,base
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -27,12 +29,32 @@ from benchmarks import common  # noqa: E402
 from benchmarks.api_latency import launch_server  # noqa: E402
 from benchmarks.batching import post  # noqa: E402
 
+CLIPS = {"earnings60": lambda: common.EARNINGS, "long10m": common.long_clip}
+
+
+STAGE_ORDER = [
+    "queue_wait", "decode_audio", "vad", "mel", "encoder", "language", "decoder", "search",
+    "transcribe", "total",
+]  # fmt: skip
+
+
+def stage_sums(client: httpx.Client, url: str, model: str) -> dict[str, float]:
+    """Seconds summed per stage of `model` (`stt_stage_seconds`) in the server's /metrics."""
+    text = client.get(url + "/metrics").text
+    return {
+        sample.labels["stage"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "stt_stage_seconds_sum" and sample.labels.get("model") == model
+    }
+
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="tiny.en,base")
     p.add_argument("--beams", default="1,5")
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--clips", default="earnings60,long10m", help="earnings60 and/or long10m")
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
     common.add_args(p)
     return p.parse_args()
@@ -41,49 +63,69 @@ def parse_args() -> argparse.Namespace:
 def measure(model: str, args: argparse.Namespace) -> list[dict]:
     server = launch_server(model, args.models_dir, {"STT_THREADS": str(args.threads)})
     peer = common.Worker(model, common.CONFIGS["fw-int8"], args.threads)
-    audio = common.EARNINGS.read_bytes()
-    rows = []
     try:
-        with httpx.Client(timeout=600, trust_env=False) as client:
-
-            def ours(beam: int) -> tuple[float, str]:
-                return post(client, server.url, audio, model, beam)
-
-            def theirs(beam: int) -> tuple[float, str]:
-                out = peer.transcribe(common.EARNINGS, beam)
-                return out["total_s"], out["text"]
-
-            systems = {"ours (server)": ours, "faster-whisper int8": theirs}
-            for beam in [int(b) for b in args.beams.split(",")]:
-                load = common.load1()
-                for run in systems.values():
-                    run(beam)  # warm-up
-                times: dict[str, list[float]] = {name: [] for name in systems}
-                texts: dict[str, str] = {}
-                for r in range(args.runs):
-                    for name in common.rotate(list(systems), r):
-                        seconds, texts[name] = systems[name](beam)
-                        times[name].append(seconds)
-                        print(f"[{model}] beam {beam} {name}: {seconds:.2f} s", file=sys.stderr)
-                rows.append(
-                    {"model": model, "beam": beam, "load": load, "times": times, "texts": texts}
-                )
+        with httpx.Client(timeout=1800, trust_env=False) as client:
+            return [
+                measure_cell(model, CLIPS[clip](), int(beam), args.runs, client, server, peer)
+                | {"clip": clip}
+                for clip in args.clips.split(",")
+                for beam in args.beams.split(",")
+            ]
     finally:
         server.stop()
         peer.close()
-    return rows
+
+
+def measure_cell(model, path: Path, beam: int, runs: int, client, server, peer) -> dict:
+    """One clip at one beam size: a warm-up each, then `runs` alternating rounds."""
+    audio = path.read_bytes()
+
+    stages: dict[str, float] = {}
+
+    def ours() -> tuple[float, str]:
+        before = stage_sums(client, server.url, model)
+        answer = post(client, server.url, audio, model, beam)
+        for stage, seconds in stage_sums(client, server.url, model).items():
+            stages[stage] = stages.get(stage, 0.0) + seconds - before.get(stage, 0.0)
+        return answer
+
+    def theirs() -> tuple[float, str]:
+        out = peer.transcribe(path, beam)
+        return out["total_s"], out["text"]
+
+    systems = {"ours (server)": ours, "faster-whisper int8": theirs}
+    load = common.load1()
+    for run in systems.values():
+        run()  # warm-up
+    stages.clear()
+    times: dict[str, list[float]] = {name: [] for name in systems}
+    texts: dict[str, str] = {}
+    for r in range(runs):
+        for name in common.rotate(list(systems), r):
+            seconds, texts[name] = systems[name]()
+            times[name].append(seconds)
+            print(f"[{model}] {path.name} beam {beam} {name}: {seconds:.2f} s", file=sys.stderr)
+    return {
+        "model": model,
+        "beam": beam,
+        "load": load,
+        "times": times,
+        "texts": texts,
+        "stages_ms": {stage: 1000 * sum_s / runs for stage, sum_s in stages.items()},
+        "reference": common.clip_reference(path),
+    }
 
 
 def main() -> None:
     args = parse_args()
     load = common.start_load(args)
     rows = [row for m in args.models.split(",") for row in measure(m, args)]
-    reference = common.clip_reference(common.EARNINGS)
     lines = common.header(
         "Through the server: one REST request vs faster-whisper int8",
         load,
         [
-            f"The 60 s clip, {args.threads} threads each, medians of {args.runs} alternating "
+            f"Clips: {args.clips} (the 60 s earnings call, the 10 min English testdata clips "
+            f"end to end), {args.threads} threads each, medians of {args.runs} alternating "
             "rounds after a warm-up (min–max). Ours: a real uvicorn server with the service's "
             "defaults (batching on, int8 files, activation quantization auto), timed by the "
             "client; faster-whisper int8 in a warm process. `load` = 1-min load average when "
@@ -97,15 +139,41 @@ def main() -> None:
         cells = []
         for name in ("ours (server)", "faster-whisper int8"):
             t = row["times"][name]
-            wer = common.wer([reference], [row["texts"][name]])[0] if reference else float("nan")
+            ref = row["reference"]
+            wer = common.wer([ref], [row["texts"][name]])[0] if ref else float("nan")
             cells.append(f"{statistics.median(t):.2f} ({min(t):.2f}–{max(t):.2f}), {wer:.1f} %")
         table.append(
-            [row["model"], row["beam"], *cells, f"{ours / theirs:.2f}", f"{row['load']:.2f}"]
+            [
+                row["model"],
+                row["clip"],
+                row["beam"],
+                *cells,
+                f"{ours / theirs:.2f}",
+                f"{row['load']:.2f}",
+            ]
         )
     lines += [
         "",
         *common.table(
-            ["model", "beam", "ours s, WER", "faster-whisper s, WER", "ours ÷ fw", "load"], table
+            ["model", "clip", "beam", "ours s, WER", "faster-whisper s, WER", "ours ÷ fw", "load"],
+            table,
+        ),
+    ]
+    names = sorted({stage for row in rows for stage in row["stages_ms"]}, key=STAGE_ORDER.index)
+    lines += [
+        "",
+        "Our stages from the server's `/metrics` (`stt_stage_seconds` sums read before and after "
+        "each measured request, divided by the runs; ms). `transcribe` minus the listed stages "
+        "is mostly the file's VAD pass (`vad`) and segmenting; `total` adds the queue and the "
+        "response.",
+        "",
+        *common.table(
+            ["model", "clip", "beam", *names],
+            [
+                [row["model"], row["clip"], row["beam"]]
+                + [f"{row['stages_ms'].get(n, 0.0):.0f}" for n in names]
+                for row in rows
+            ],
         ),
     ]
     common.write(args.out_dir / "server_speed.md", lines)

@@ -54,7 +54,7 @@ class Metrics:
         )
         self.stage_seconds = Histogram(
             "stt_stage_seconds",
-            "Seconds per stage: queue_wait, decode_audio, mel, encoder, language, decoder, "
+            "Seconds per stage: queue_wait, decode_audio, vad, mel, encoder, language, decoder, "
             "search, transcribe (all model work), total (request)",
             ["stage", "model"],
             buckets=LATENCY_BUCKETS,

@@ -1,12 +1,19 @@
 """glibc malloc settings for a long-running inference process.
 
-The decode loop allocates and frees many arrays of 0.1–50 MB (self K/V grown every step, logits,
-encoder outputs) from several threads. With glibc's defaults the mmap threshold rises to 32 MB
-after the first large free, so such arrays then come from per-thread arenas that fragment and are
-rarely returned to the system. Fixing the threshold at 256 KiB (big arrays are mmapped and
-unmapped), trimming above 1 MiB and capping the arenas keeps RSS near what is in use (measured on
-tiny.en after a 60 s clip: 800 -> 740 MB through mallopt, 680 MB when set in the environment
-at start as `make run` and the Docker image do; base 1124 -> 983 MB with the environment).
+The decode loop allocates and frees arrays of every size from several threads: per decoder step
+0.2-2 MB (logits of the rows, the logit filters' and the beam search's temporaries), per window
+18-61 MB (cross K/V, encoder outputs). With glibc's defaults the mmap threshold rises to 32 MB
+after the first large free, so the big arrays then come from per-thread arenas that fragment and
+are rarely returned to the system. The settings here:
+
+- mmap threshold 4 MiB: a window's arrays are mmapped and unmapped; a step's come from the heap
+  and are reused step after step. At 256 KiB (until 2026-11-30) every step's arrays were fresh
+  mappings, page-faulted in on every step: ~1300 faults per beam-5 step, 170 000 (tiny.en) to
+  270 000 (base) per 60 s request, 16-19 % of its time (benchmarks/results/server_speed.md).
+- trim threshold 32 MiB and `release_free_memory` when the server goes idle: the heap keeps what
+  a request reuses while it runs, and gives its free pages back between requests, so RSS after
+  a request stays where it was.
+- two arenas.
 
 The same can be set with MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_ARENA_MAX before
 the process starts; values already set that way are left alone.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 
@@ -27,26 +35,42 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
 SETTINGS = (
-    ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, 256 * 1024),
-    ("MALLOC_TRIM_THRESHOLD_", M_TRIM_THRESHOLD, 1024 * 1024),
+    ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, 4 << 20),
+    ("MALLOC_TRIM_THRESHOLD_", M_TRIM_THRESHOLD, 32 << 20),
     ("MALLOC_ARENA_MAX", M_ARENA_MAX, 2),
 )
 
 
-def tune_malloc() -> bool:
-    """Apply the settings above through mallopt(3); False when this is not glibc."""
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc (it has mallopt and malloc_trim), else None."""
     name = ctypes.util.find_library("c")
     if name is None:
-        return False
+        return None
     try:
         libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
+def tune_malloc() -> bool:
+    """Apply the settings above through mallopt(3); False when this is not glibc."""
+    libc = _glibc()
+    if libc is None:
         return False
+    mallopt = libc.mallopt
     for env, parameter, value in SETTINGS:
         if env not in os.environ and mallopt(parameter, value) != 1:
             log.warning("mallopt(%d, %d) failed", parameter, value)
     return True
+
+
+def release_free_memory() -> None:
+    """Give the heap's free pages back to the system (malloc_trim(3)); a no-op off glibc."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def malloc_environment() -> dict[str, str]:

@@ -13,6 +13,7 @@ from app.engine.backend import WhisperBackend
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import missing_files
+from app.runtime.memory import release_free_memory
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from app.service.batch_records import BatchingOptions
 from app.service.batching import BatchingSessions
@@ -89,6 +90,7 @@ def open_model(name: str, folder: Path, options: OpenOptions, vad: SileroVad | N
         except Exception as e:
             model.close()
             raise ModelLoadError(f"warm-up of model '{name}' failed: {e}") from e
+    release_free_memory()  # what loading and the warm-up freed, before RSS is read
     model.memory_bytes = max(0, rss_bytes() - rss0)
     info = model.info
     log.info(

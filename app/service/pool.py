@@ -51,7 +51,16 @@ class PoolStats:
 class WorkerPool:
     """`workers` threads plus a wait queue of at most `max_queue` jobs."""
 
-    def __init__(self, workers: int, max_queue: int, *, name: str = "stt-worker") -> None:
+    def __init__(
+        self,
+        workers: int,
+        max_queue: int,
+        *,
+        name: str = "stt-worker",
+        on_idle: Callable[[], None] | None = None,
+    ) -> None:
+        """`on_idle` runs on the worker thread of a job after which none is left running or
+        waiting (the server gives its free heap back to the system then)."""
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if max_queue < 0:
@@ -63,6 +72,7 @@ class WorkerPool:
         self._pending = 0  # accepted and not finished (running + waiting)
         self._active = 0
         self._closed = False
+        self._on_idle = on_idle
         self._mean_job_s = 2.0  # running mean of job durations, for Retry-After
         self._finish_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
@@ -169,10 +179,13 @@ class WorkerPool:
     def _finished(self, _future: Future) -> None:
         with self._lock:
             self._pending -= 1
+            idle = self._pending == 0
             waiters, self._finish_waiters = self._finish_waiters, []
         for loop, event in waiters:
             with contextlib.suppress(RuntimeError):  # that loop is closed
                 loop.call_soon_threadsafe(event.set)
+        if idle and self._on_idle is not None:
+            self._on_idle()  # (concurrent.futures logs a callback's exception)
 
     def _full_locked(self) -> bool:
         return self._pending >= self.workers + self.max_queue

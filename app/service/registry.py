@@ -158,6 +158,7 @@ class LoadedModel:
             task=job.task,
             timings={
                 "decode_audio": t1 - t0,
+                "vad": info.stats.vad_s,
                 "mel": info.stats.mel_s,
                 "encoder": info.stats.encoder_s,
                 "language": info.stats.language_s,

@@ -149,5 +149,5 @@ def test_health_and_metrics(http: httpx.Client) -> None:
         assert name in text, name
     assert 'route="/v1/audio/transcriptions",status="415"' in text
     assert 'outcome="rejected"' in text and 'outcome="ok"' in text
-    for stage in ("decode_audio", "encoder", "decoder", "transcribe", "queue_wait", "total"):
+    for stage in ("decode_audio", "vad", "encoder", "decoder", "transcribe", "queue_wait", "total"):
         assert f'stage="{stage}"' in text, stage

@@ -196,3 +196,35 @@ def test_drained_returns_once_running_and_waiting_jobs_are_done() -> None:
             pool.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_the_idle_hook_runs_when_the_last_running_or_waiting_job_is_done() -> None:
+    """The server gives its free heap back when no job is left: not between two jobs of a
+    queue, not while another job runs."""
+    idle = threading.Event()
+    calls: list[int] = []
+
+    def on_idle() -> None:
+        calls.append(pool.stats().active + pool.stats().queued)
+        idle.set()
+
+    pool = WorkerPool(workers=1, max_queue=1, on_idle=on_idle)
+    first_gate, second_gate, second_started = (
+        threading.Event(),
+        threading.Event(),
+        threading.Event(),
+    )
+    try:
+        first = pool.submit(blocker(first_gate))
+        second = pool.submit(blocker(second_gate, second_started))
+        first_gate.set()
+        assert first.result(5) == "done" and second_started.wait(5)
+        assert not idle.wait(0.1), "the hook ran while a job was still running"
+        second_gate.set()
+        assert second.result(5) == "done"
+        assert idle.wait(5)
+        assert calls == [0]
+    finally:
+        first_gate.set()
+        second_gate.set()
+        pool.shutdown()
