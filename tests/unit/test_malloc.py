@@ -41,7 +41,8 @@ start = rss_mb()
 del held
 freed = rss_mb()
 release_free_memory()
-print(json.dumps({"step_faults": step_faults, "start": start, "freed": freed, "released": rss_mb()}))
+released = rss_mb()
+print(json.dumps(dict(step_faults=step_faults, start=start, freed=freed, released=released)))
 """
 
 
@@ -62,3 +63,22 @@ def test_freed_heap_pages_go_back_to_the_system_on_release() -> None:
     m = probe()
     assert m["freed"] > m["start"] - 30, "the freed arrays left the heap before the release"
     assert m["released"] < m["freed"] - 100, m
+
+
+def test_make_run_and_the_image_start_the_server_with_the_same_settings() -> None:
+    """Values set in the environment win over `tune_malloc`'s: `make run` and the Dockerfile
+    must carry the settings of app/runtime/memory.py, not older ones."""
+    from pathlib import Path
+
+    from app.runtime.memory import malloc_environment
+
+    root = Path(__file__).resolve().parents[2]
+    makefile = next(
+        line
+        for line in (root / "Makefile").read_text().splitlines()
+        if line.startswith("MALLOC_ENV")
+    )
+    dockerfile = (root / "Dockerfile").read_text()
+    for name, value in malloc_environment().items():
+        assert f"{name}={value}" in makefile.split(), (name, makefile)
+        assert f"{name}={value} " in dockerfile or f"{name}={value}\n" in dockerfile, name
