@@ -87,15 +87,21 @@ def wait_for_quiet(
 
 
 def machine_line() -> str:
+    """The CPU, its core count and which of the flags that change OpenVINO's arithmetic it has
+    (native bf16: bf16 compute; VNNI: int8 activations; neither: f32 on AVX2)."""
     cpu = platform.processor() or platform.machine()
+    flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores"
+    kinds = [f for f in ("avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni") if f in flags]
+    return f"{cpu}, {os.cpu_count()} cores, {', '.join(kinds) or 'no avx512_bf16, no VNNI'}"
 
 
 def header(title: str, load_before: float, extra: Sequence[str] = ()) -> list[str]:
