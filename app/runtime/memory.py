@@ -9,10 +9,12 @@ are rarely returned to the system. The settings here:
 - mmap threshold 4 MiB: a window's arrays are mmapped and unmapped; a step's come from the heap
   and are reused step after step. At 256 KiB (until 2026-11-30) every step's arrays were fresh
   mappings, page-faulted in on every step: ~1300 faults per beam-5 step, 170 000 (tiny.en) to
-  270 000 (base) per 60 s request, 16-19 % of its time (benchmarks/results/server_speed.md).
-- trim threshold 32 MiB and `release_free_memory` when the server goes idle: the heap keeps what
-  a request reuses while it runs, and gives its free pages back between requests, so RSS after
-  a request stays where it was.
+  270 000 (base) per 60 s request, 16-19 % of its time (benchmarks/results/
+  server_speed_epyc_bf16.md).
+- trim threshold 32 MiB, and `release_free_memory` when the server goes idle and after a model's
+  load: the heap keeps what a request reuses while it runs and gives its free pages back between
+  requests, so RSS after a request stays where it was (the peak during a load is 20-40 MB
+  higher).
 - two arenas.
 
 The same can be set with MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_ARENA_MAX before
