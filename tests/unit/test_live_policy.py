@@ -3,6 +3,8 @@ inbox's flush and clear marks (`app.service.live.admission.Inbox`): no audio, no
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,24 @@ def test_clears_are_counted_and_drop_the_waiting_audio() -> None:
     inbox.mark_clear()
     assert inbox.samples == 0 and inbox.pending_marks
     assert inbox.take_clear() == (500, 2) and inbox.take_clear() is None
+
+
+def glue(ws: list[Word], index: int) -> list[Word]:
+    """`ws` with word `index` written onto the one before it (no leading space: "-demic")."""
+    ws[index] = dataclasses.replace(ws[index], word=ws[index].word.lstrip())
+    return ws
+
+
+def test_alignatt_never_ends_a_commit_inside_a_written_word() -> None:
+    """tiny.en read "This pound-demic will" with "-demic" at the edge; committing "pound" alone
+    kept it, where the next pass read "pandemic" (bf16, the 60 s clip at 2x real time)."""
+    new = glue(words("This pound -demic will", [1.0, 1.5, 3.8, 3.9]), 2)
+    assert AlignAtt(0.5).commit_count(new, [], audio_end_s=4.0) == 1
+    safe = glue(words("This pound -demic will", [1.0, 1.5, 2.0, 3.9]), 2)
+    assert AlignAtt(0.5).commit_count(safe, [], audio_end_s=4.0) == 3  # the whole word, then
+
+
+def test_local_agreement_never_ends_a_commit_inside_a_written_word() -> None:
+    new = glue(words("This pound -demic will"), 2)
+    pending = glue(words("This pound -ing"), 2)
+    assert LocalAgreement().commit_count(new, pending, audio_end_s=10.0) == 1

@@ -16,6 +16,10 @@ words and times in, a count out; no audio, no model.
   the decoder read with low probability inside a sentence waits, in addition, for the next pass
   to read it again: one pass may fall at a buffer length where Whisper reads it otherwise.
 
+Neither policy ends a commit inside a written word: a word whose successor is glued to it (the
+successor starts with a hyphen or another opening mark, no space: "pound" "-demic") is only
+committed with it, since the rest may change how its start is read ("pandemic" a pass later).
+
 At a pause or a client commit the session commits everything, whatever the policy.
 """
 
@@ -25,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.engine.words import Word
+from app.engine.words import PREPEND_PUNCTUATION, Word
 
 SURE = 0.5  # a word read with a lower probability is unsure (see AlignAtt)
 SENTENCE_END = (".", "!", "?")
@@ -53,6 +57,18 @@ def in_doubt(words: Sequence[Word], before: Word | None, sure: float = SURE) -> 
         doubts.append(unsure(word, sure) and before is not None and not ends_sentence(before.word))
         before = word
     return doubts
+
+
+def glued(word: Word) -> bool:
+    """The word continues the one before it in writing: no space, an opening mark ("-demic")."""
+    return word.word[:1] in PREPEND_PUNCTUATION
+
+
+def whole(words: Sequence[Word], count: int) -> int:
+    """`count` lowered until the commit does not end inside a written word (`glued`)."""
+    while 0 < count < len(words) and glued(words[count]):
+        count -= 1
+    return count
 
 
 class CommitPolicy(Protocol):
@@ -87,7 +103,7 @@ class LocalAgreement:
             if a.key != b.key:
                 break
             agreed += 1
-        return agreed
+        return whole(new, agreed)
 
 
 @dataclass(frozen=True)
@@ -117,11 +133,9 @@ class AlignAtt:
         agreed = LocalAgreement().commit_count(new, pending, audio_end_s)
         doubts = in_doubt(new, before, self.sure)
         for i, word in enumerate(new[:-1]):
-            if word.peak is None or word.peak > limit:
-                return i
-            if doubts[i] and i >= agreed:
-                return i
-        return max(len(new) - 1, 0)
+            if word.peak is None or word.peak > limit or (doubts[i] and i >= agreed):
+                return whole(new, i)
+        return whole(new, max(len(new) - 1, 0))
 
 
 def make_policy(name: str, edge_s: float) -> CommitPolicy:
