@@ -4,8 +4,8 @@ For each model a real uvicorn server runs with the service's defaults (batching 
 `--threads` threads); faster-whisper int8 runs in its warm worker (`.venv-peer`) with the same
 threads and weights. The 60 s clip and the 10 min clip (`--clips`), language English, greedy and
 beam 5 (the REST default); one warm-up each, then `--runs` rounds alternating which system goes
-first. Our time is the
-client's (upload, queue, decode, response); faster-whisper's its `transcribe` call.
+first. Our time is the client's (upload, queue, decode, response), with the server's stage split
+read from /metrics around each request; faster-whisper's its `transcribe` call.
 
     .venv/bin/python benchmarks/server_speed.py --models tiny.en,base
 
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import common  # noqa: E402
-from benchmarks.api_latency import launch_server  # noqa: E402
+from benchmarks.api_latency import Server, launch_server  # noqa: E402
 from benchmarks.batching import post  # noqa: E402
 
 CLIPS = {"earnings60": lambda: common.EARNINGS, "long10m": common.long_clip}
@@ -76,7 +76,15 @@ def measure(model: str, args: argparse.Namespace) -> list[dict]:
         peer.close()
 
 
-def measure_cell(model, path: Path, beam: int, runs: int, client, server, peer) -> dict:
+def measure_cell(
+    model: str,
+    path: Path,
+    beam: int,
+    runs: int,
+    client: httpx.Client,
+    server: Server,
+    peer: common.Worker,
+) -> dict:
     """One clip at one beam size: a warm-up each, then `runs` alternating rounds."""
     audio = path.read_bytes()
 

@@ -59,8 +59,9 @@ class WorkerPool:
         name: str = "stt-worker",
         on_idle: Callable[[], None] | None = None,
     ) -> None:
-        """`on_idle` runs on the worker thread of a job after which none is left running or
-        waiting (the server gives its free heap back to the system then)."""
+        """`on_idle` runs once a job finishes and none is left running or waiting (the server
+        gives its free heap back to the system then), where the job's future completes: its
+        worker thread, or the caller's thread for a waiting job that was dropped."""
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if max_queue < 0:

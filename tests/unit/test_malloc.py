@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from app.runtime.memory import malloc_environment
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 
@@ -46,21 +49,23 @@ print(json.dumps(dict(step_faults=step_faults, start=start, freed=freed, release
 """
 
 
+@pytest.fixture(scope="module")
 def probe() -> dict:
+    """The probe's figures, from one fresh interpreter for the module's tests."""
     out = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=60
     )
     return json.loads(out.stdout)
 
 
-def test_a_steps_arrays_are_reused_not_faulted_in_again() -> None:
+def test_a_steps_arrays_are_reused_not_faulted_in_again(probe: dict) -> None:
     """200 arrays of 1 MB one after the other: reused heap memory, not 200 fresh mappings
     (with a 256 KiB mmap threshold this was ~256 faults per array: 51 000)."""
-    assert probe()["step_faults"] < 2_000
+    assert probe["step_faults"] < 2_000
 
 
-def test_freed_heap_pages_go_back_to_the_system_on_release() -> None:
-    m = probe()
+def test_freed_heap_pages_go_back_to_the_system_on_release(probe: dict) -> None:
+    m = probe
     assert m["freed"] > m["start"] - 30, "the freed arrays left the heap before the release"
     assert m["released"] < m["freed"] - 100, m
 
@@ -68,10 +73,6 @@ def test_freed_heap_pages_go_back_to_the_system_on_release() -> None:
 def test_make_run_and_the_image_start_the_server_with_the_same_settings() -> None:
     """Values set in the environment win over `tune_malloc`'s: `make run` and the Dockerfile
     must carry the settings of app/runtime/memory.py, not older ones."""
-    from pathlib import Path
-
-    from app.runtime.memory import malloc_environment
-
     root = Path(__file__).resolve().parents[2]
     makefile = next(
         line

@@ -61,7 +61,7 @@ def in_doubt(words: Sequence[Word], before: Word | None, sure: float = SURE) -> 
 
 def glued(word: Word) -> bool:
     """The word continues the one before it in writing: no space, an opening mark ("-demic")."""
-    return word.word[:1] in PREPEND_PUNCTUATION
+    return word.word != "" and word.word[0] in PREPEND_PUNCTUATION
 
 
 def whole(words: Sequence[Word], count: int) -> int:
