@@ -73,7 +73,7 @@ class Settings(BaseSettings):
         description="Most models loaded at once (the least recently used idle one makes room); "
         "0 = no limit.",
     )
-    ep: Literal["openvino", "cpu"] = Field(default="openvino", description="Execution provider.")
+    ep: Literal["openvino", "cpu"] = Field(default="openvino", description="openvino or cpu (ORT).")
     device: Device = Field(default="AUTO", description="OpenVINO device for both stages.")
     encoder_device: Device | None = Field(default=None, description="Overrides DEVICE for encoder.")
     decoder_device: Device | None = Field(default=None, description="Overrides DEVICE for decoder.")

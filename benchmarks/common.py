@@ -6,8 +6,8 @@ Not a script. The benchmark scripts put the repository on `sys.path` and import 
 
 Workers: every configuration under test runs in its own long-lived process that loads its model
 once and answers JSON lines on stdin/stdout (`benchmarks/our_worker.py` in `.venv`,
-`benchmarks/peer_worker.py` in `.venv-peer`, made by `make bench-setup`). faster-whisper installs
-plain `onnxruntime`, which would replace our `onnxruntime-openvino`, hence its own venv. An idle
+`benchmarks/peer_worker.py` in `.venv-peer`, made by `make bench-setup`). faster-whisper, the peer,
+brings its own `onnxruntime` and CTranslate2 versions, hence its own venv. An idle
 worker uses no CPU, so the scripts can alternate between configurations run by run while every
 process stays warm.
 """

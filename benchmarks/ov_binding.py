@@ -5,12 +5,10 @@ the same with the cross K/V as bf16 inputs (the model's cross inputs declared bf
 OpenVINO's pre-processing: what an encoder emitting bf16 K/V would hand over; on a CPU that
 computes bf16 the per-call f32 -> bf16 reorder of the cross K/V is gone).
 
-Compare with the same step through ONNX Runtime's OpenVINO EP (`decoder_state.py`): the
-difference is what the EP's per-call handling of the inputs costs. Needs the `openvino`
-package, which is not installed beside onnxruntime-openvino: run it from a venv of its own.
+This study (2026-11-30) led the service from ONNX Runtime's OpenVINO EP to OpenVINO's own API
+(`app.runtime.graphs`), which binds per call as the third and fourth ways do.
 
-    python -m venv /tmp/ovenv && /tmp/ovenv/bin/pip install openvino==2025.4.1 numpy
-    /tmp/ovenv/bin/python benchmarks/ov_binding.py --model-dir models/tiny.en
+    .venv/bin/python benchmarks/ov_binding.py --model-dir models/tiny.en --precision bf16
 """
 
 from __future__ import annotations

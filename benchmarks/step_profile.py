@@ -1,14 +1,12 @@
 """Where a decoder step's time goes inside OpenVINO: per-operation time for R rows per call.
 
-ONNX Runtime sees the whole OpenVINO subgraph as one node, so this script compiles `decoder.onnx`
-with the `openvino` Python package itself (the same OpenVINO release that onnxruntime-openvino
-bundles, with the configuration `app.runtime.sessions` passes: bf16 where the CPU has it;
+This script compiles `decoder.onnx` with the `openvino` package (the runtime the service uses,
+with the configuration `app.runtime.sessions` passes: bf16 where the CPU has it;
 activation quantization per `--activation-groups`, default off) and reads OpenVINO's per-node
 performance counters. Inputs are one step (T = 1) after a past of `--past` positions; every row
 has its own 30 s window ("distinct", as the batching scheduler runs them) or all rows share one
 ("shared", beams).
 
-    pip install openvino==2025.4.1      # into any venv; not a dependency of the service
     python benchmarks/step_profile.py --model-dir models/tiny.en --rows 1,8
 
 Prints, per row count and window mode, the summed time of each (operation type, kernel) over the
@@ -51,8 +49,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def import_openvino() -> ModuleType:
-    """The `openvino` package, or exit saying how to get it (a venv of its own: beside
-    onnxruntime-openvino the two do not load in one process)."""
+    """The `openvino` package, or exit saying how to get it."""
     try:
         import openvino
     except ImportError:

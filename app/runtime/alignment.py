@@ -15,10 +15,11 @@ def alignment_weights(
     queries: np.ndarray, cross: list[np.ndarray], heads: tuple[tuple[int, int], ...]
 ) -> np.ndarray:
     """softmax(q k^T / sqrt(Dh)) of each alignment head: queries f32 [B, A, T, Dh], cross K/V
-    ([cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]), heads (layer, head) pairs in the
-    queries' order -> f32 [B, A, T, 1500]."""
+    ([cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh], f32 or bf16), heads (layer, head)
+    pairs in the queries' order -> f32 [B, A, T, 1500]."""
     head_dim = queries.shape[-1]
     keys = np.stack([cross[2 * layer][:, head] for layer, head in heads], axis=1)  # [B,A,S,Dh]
+    keys = keys.astype(np.float32, copy=False)  # bf16 cross K/V (`graphs.BF16`) read as f32
     scores = (queries * np.float32(head_dim**-0.5)) @ keys.swapaxes(-1, -2)
     return _softmax(scores)
 

@@ -1,14 +1,13 @@
-"""ONNX Runtime sessions for one model folder, placed on devices by an explicit policy.
+"""The graphs of one model folder, placed on devices by an explicit policy.
 
-OpenVINO EP: `device_type` AUTO | NPU | GPU | CPU, with AUTO = NPU, else GPU, else CPU as OpenVINO
-reports them. A device asked for by name that is missing is an error, never a silent CPU fallback
-(the EP itself falls back silently, so the active providers are checked after creation).
+`ep="openvino"`: OpenVINO's own runtime, on AUTO | NPU | GPU | CPU, with AUTO = NPU, else GPU,
+else CPU as OpenVINO reports them; a device asked for by name that is missing is an error, never a
+silent CPU fallback. `ep="cpu"`: ONNX Runtime's CPU provider, the reference. See `graphs`.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 import time
@@ -16,17 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from app.runtime import alignment, contract, mapped_weights
 from app.runtime.contract import ContractError, Manifest
+from app.runtime.graphs import BF16, Graph, OpenVINOGraph, OrtGraph, openvino_devices
 
 log = logging.getLogger(__name__)
 
 EXECUTION_PROVIDERS = ("openvino", "cpu")
 DEVICES = ("AUTO", "NPU", "GPU", "CPU")
 _AUTO_ORDER = ("NPU", "GPU", "CPU")
-_PROVIDER_NAMES = {"openvino": "OpenVINOExecutionProvider", "cpu": "CPUExecutionProvider"}
 
 
 class DeviceError(RuntimeError):
@@ -73,15 +71,6 @@ class RuntimeOptions:
             raise DeviceError(
                 f"unknown precision {self.inference_precision!r}: use {', '.join(PRECISIONS)}"
             )
-
-
-def openvino_devices() -> list[str]:
-    """Devices OpenVINO reports on this machine, e.g. ['CPU', 'GPU.0', 'NPU']."""
-    if "OpenVINOExecutionProvider" not in ort.get_available_providers():
-        return []
-    from onnxruntime.capi import _pybind_state
-
-    return list(_pybind_state.get_available_openvino_device_ids())
 
 
 def resolve_device(requested: str, available: list[str]) -> str:
@@ -143,32 +132,48 @@ def _activation_groups(precision: str | None, activation_quantization: str) -> i
     return ACTIVATION_GROUP if activation_quantization == "on" else 0
 
 
-def _openvino_config(
+def openvino_properties(
     device: str,
     precision: str | None,
     inputs_feed_attention: bool,
     activation_quantization: str = "auto",
-) -> dict:
-    """OpenVINO plugin properties (`load_config`) for one graph on `device`."""
+    threads: int = 0,
+    cache_dir: Path | None = None,
+) -> dict[str, str]:
+    """OpenVINO compile properties for one graph on `device`."""
     family = device.split(".")[0]
-    if precision == "auto":
-        precision = "bf16" if family == "CPU" and cpu_has_native_bf16() else None
     properties: dict[str, str] = {}
+    precision = resolved_precision(device, precision)
     if precision:
         properties["INFERENCE_PRECISION_HINT"] = precision
     if family == "CPU":
         groups = _activation_groups(precision, activation_quantization)
         properties["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(groups)
+        if threads:
+            properties["INFERENCE_NUM_THREADS"] = str(threads)
     if family == "CPU" and precision == "bf16" and inputs_feed_attention:
-        # OpenVINO 2025.4's fused-attention snippet rejects fp32 graph inputs (the past and cross
-        # K/V) meeting bf16 activations ("BrgemmCPU node has incompatible input element types").
+        # OpenVINO 2025.4's fused-attention snippet rejects fp32 graph inputs (the past K/V)
+        # meeting bf16 activations ("BrgemmCPU node has incompatible input element types").
         properties["SNIPPETS_MODE"] = "DISABLE"
-    if not properties:
-        return {}
-    return {family: properties}
+    if cache_dir is not None:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        properties["CACHE_DIR"] = str(cache_dir)
+    return properties
 
 
-def create_session(
+def resolved_precision(device: str, precision: str | None) -> str | None:
+    """The precision a graph computes in on `device`: "auto" = bf16 on a CPU with native bf16;
+    None (or "auto" elsewhere) = f32 on a CPU (named: OpenVINO's own CPU default is bf16 where
+    the CPU has it), the device's default on GPU and NPU (None)."""
+    cpu = device.split(".")[0] == "CPU"
+    if precision == "auto" and cpu and cpu_has_native_bf16():
+        return "bf16"
+    if precision in ("auto", None):
+        return "f32" if cpu else None
+    return precision
+
+
+def open_graph(
     path: Path,
     ep: str,
     device: str,
@@ -177,65 +182,50 @@ def create_session(
     inference_precision: str | None = None,
     graph_inputs_feed_attention: bool = False,
     activation_quantization: str = "auto",
-) -> ort.InferenceSession:
-    """A session whose active provider is checked to be the one asked for."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    if ep == "cpu":
-        providers: list = ["CPUExecutionProvider"]
-    else:
-        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        # ONNX Runtime only allocates the graph's outputs here; its arena would keep the largest
-        # ever made (a window's cross K/V, word timing's logits) reserved for good. Without it
-        # they are freed: large-v3-turbo's encoder -58 MB after its outputs are dropped, the
-        # decoder step no slower (benchmarks/results/memory_sizes.md).
-        options.enable_cpu_mem_arena = False
-        # OpenVINO optimizes the graph itself; ONNX Runtime's constant folding would first turn
-        # fp16 weights into fp32 copies (measured: +120 MB peak for tiny.en, +360 MB for base).
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        ov_options = {"device_type": device}
-        if threads:
-            ov_options["num_of_threads"] = str(threads)
-        if cache_dir is not None:
-            Path(cache_dir).mkdir(parents=True, exist_ok=True)
-            ov_options["cache_dir"] = str(cache_dir)
-        config = _openvino_config(
-            device, inference_precision, graph_inputs_feed_attention, activation_quantization
-        )
-        if config:
-            ov_options["load_config"] = json.dumps(config)
-        providers = [("OpenVINOExecutionProvider", ov_options)]
+    bf16_ports: tuple[str, ...] = (),
+) -> Graph:
+    """A graph on OpenVINO (`ep="openvino"`, on `device`) or ONNX Runtime's CPU provider
+    (`ep="cpu"`); `bf16_ports` (OpenVINO) are the inputs and outputs handed over as bf16."""
     try:
-        session = ort.InferenceSession(str(path), options, providers=providers)
-    except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
+        if ep == "cpu":
+            return OrtGraph(path, threads)
+        properties = openvino_properties(
+            device,
+            inference_precision,
+            graph_inputs_feed_attention,
+            activation_quantization,
+            threads,
+            cache_dir,
+        )
+        return OpenVINOGraph(path, device, properties, bf16_ports)
+    except (RuntimeError, ValueError, OSError) as e:  # both runtimes raise their own types
         raise DeviceError(f"cannot load {path.name} on {ep}/{device}: {e}") from e
-    active = session.get_providers()[0]
-    if active != _PROVIDER_NAMES[ep]:
-        raise DeviceError(f"{path.name} asked for {_PROVIDER_NAMES[ep]} ({device}), got {active}")
-    return session
 
 
 class WhisperSessions:
-    """The encoder and decoder sessions of one model folder; safe to call from many threads.
-    Word timing (the "aligner" stage) runs on the decoder's session: one copy of its weights.
+    """The encoder and decoder graphs of one model folder; safe to call from many threads.
+    Word timing (the "aligner" stage) runs on the decoder's graph: one copy of its weights.
     A graph whose weights are in an external data file has that file's mapped pages dropped
-    after its first run (`mapped_weights`)."""
+    after its first run (`mapped_weights`).
+
+    Cross K/V travel between the graphs in the precision the decoder computes in: bf16
+    (`graphs.BF16` arrays) where it computes bf16 on OpenVINO's CPU, else f32 (`cross_dtype`)."""
 
     def __init__(
         self,
         folder: Path,
         manifest: Manifest,
-        encoder: ort.InferenceSession,
-        decoder: ort.InferenceSession,
+        encoder: Graph,
+        decoder: Graph,
         devices: dict[str, str],
         ep: str,
+        cross_dtype: np.dtype,
     ) -> None:
         self.folder = folder
         self.manifest = manifest
         self.devices = devices
         self.ep = ep
+        self.cross_dtype = cross_dtype
         self._encoder = encoder
         self._decoder = decoder
         n_layers = manifest.dims.n_text_layer
@@ -264,66 +254,75 @@ class WhisperSessions:
         missing = contract.missing_files(folder)
         if missing:
             raise ContractError(f"{folder} lacks {', '.join(missing)}: rebuild the model")
-        devices: dict[str, str] = {}
-        sessions: dict[str, ort.InferenceSession] = {}
         available = openvino_devices() if options.ep == "openvino" else []
-        if options.ep == "openvino" and not available:
-            raise DeviceError("the OpenVINO execution provider is not installed in this Python")
+        devices = {
+            stage: resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
+            for stage in ("encoder", "decoder")
+            if (wanted := getattr(options, f"{stage}_device") or options.device)
+        }
+        cross_names = tuple(contract.encoder_output_names(manifest.dims.n_text_layer))
+        bf16_cross = (
+            options.ep == "openvino"
+            and devices["decoder"].split(".")[0] == "CPU"
+            and resolved_precision(devices["decoder"], options.inference_precision) == "bf16"
+        )
+        graphs: dict[str, Graph] = {}
         for stage in ("encoder", "decoder"):
-            wanted = getattr(options, f"{stage}_device") or options.device
-            device = resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
             started = time.perf_counter()
-            session = create_session(
+            graph = open_graph(
                 folder / f"{stage}.onnx",
                 options.ep,
-                device,
+                devices[stage],
                 options.threads,
                 options.cache_dir,
                 options.inference_precision,
                 graph_inputs_feed_attention=stage != "encoder",
                 activation_quantization=options.activation_quantization,
+                bf16_ports=cross_names if bf16_cross else (),
             )
             contract.check_io(
-                stage,
-                [i.name for i in session.get_inputs()],
-                [o.name for o in session.get_outputs()],
-                manifest.dims.n_text_layer,
+                stage, graph.input_names, graph.output_names, manifest.dims.n_text_layer
             )
             log.info(
                 "loaded %s/%s on %s/%s in %.2f s",
                 folder.name,
                 stage,
                 options.ep,
-                device,
+                devices[stage],
                 time.perf_counter() - started,
             )
-            sessions[stage], devices[stage] = session, device
-        devices["aligner"] = devices["decoder"]  # word timing runs on the decoder's session
-        return cls(folder, manifest, sessions["encoder"], sessions["decoder"], devices, options.ep)
+            graphs[stage] = graph
+        devices["aligner"] = devices["decoder"]  # word timing runs on the decoder's graph
+        cross_dtype = BF16 if bf16_cross else np.dtype(np.float32)
+        return cls(
+            folder, manifest, graphs["encoder"], graphs["decoder"], devices, options.ep, cross_dtype
+        )
 
     @property
     def providers(self) -> dict[str, str]:
-        """The active execution provider of each stage, e.g. {"encoder": "CPUExecutionProvider"}
-        (the aligner stage is the decoder's session)."""
-        decoder = self._decoder.get_providers()[0]
-        return {"encoder": self._encoder.get_providers()[0], "decoder": decoder, "aligner": decoder}
+        """What runs each stage: "OpenVINO" or ONNX Runtime's "CPUExecutionProvider" (the
+        aligner stage is the decoder's graph)."""
+        decoder = self._decoder.provider
+        return {"encoder": self._encoder.provider, "decoder": decoder, "aligner": decoder}
 
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
-        """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]."""
+        """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]
+        of `cross_dtype`."""
         cross = self._encoder.run(self._encoder_outputs, {"input_features": features})
         self._ran("encoder")
         return cross
 
     def encode_into(self, features: np.ndarray, outputs: list[np.ndarray]) -> None:
-        """`encode`, its outputs written into `outputs` (f32 C-contiguous, [B, H, 1500, Dh] each,
-        e.g. slots of a slab) instead of arrays allocated per call: a fresh window's 18-61 MB of
-        cross K/V would be page-faulted in on every call (base: ~9000 faults, ~46 ms on a VM)."""
-        binding = self._encoder.io_binding()
-        binding.bind_cpu_input("input_features", np.ascontiguousarray(features, np.float32))
+        """`encode`, its outputs written into `outputs` (`cross_dtype`, C-contiguous, [B, H, 1500,
+        Dh] each, e.g. slots of a slab) instead of arrays allocated per call: a fresh window's
+        9-61 MB of cross K/V would be page-faulted in on every call (base: ~9000 faults, ~46 ms
+        on a VM)."""
         for name, out in zip(self._encoder_outputs, outputs, strict=True):
-            assert out.dtype == np.float32 and out.flags.c_contiguous, name
-            binding.bind_output(name, "cpu", 0, np.float32, list(out.shape), out.ctypes.data)
-        self._encoder.run_with_iobinding(binding)
+            assert out.dtype == self.cross_dtype and out.flags.c_contiguous, name
+        features = np.ascontiguousarray(features, np.float32)
+        self._encoder.run_into(
+            {"input_features": features}, dict(zip(self._encoder_outputs, outputs, strict=True))
+        )
         self._ran("encoder")
 
     def decode(

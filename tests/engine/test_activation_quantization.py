@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.runtime.sessions import WhisperSessions, _openvino_config
+from app.runtime.sessions import WhisperSessions, openvino_properties
 from app.service.options import TranscriptionOptions
 from app.service.transcriber import Transcriber
 from tests.engine.conftest import ENGLISH_CLIPS, clip, normalise
@@ -23,7 +23,7 @@ PAST = 20
 
 
 def quantizes_by_default() -> bool:
-    groups = _openvino_config("CPU", "auto", True)["CPU"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"]
+    groups = openvino_properties("CPU", "auto", True)["DYNAMIC_QUANTIZATION_GROUP_SIZE"]
     return groups != "0"
 
 

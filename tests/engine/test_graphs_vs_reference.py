@@ -25,7 +25,8 @@ import pytest
 
 from app.export.build import build_model
 from app.runtime.contract import Manifest
-from app.runtime.sessions import RuntimeOptions, WhisperSessions, create_session
+from app.runtime.graphs import OPENVINO, ORT_CPU
+from app.runtime.sessions import RuntimeOptions, WhisperSessions, open_graph
 from tests.conftest import AUDIO, model_dir
 from tests.oracle import (
     WEIGHTS_CACHE,
@@ -61,7 +62,7 @@ CLIPS = [
     "1089-134691-0000.flac",
     "1089-134691-0001.flac",
 ]
-PROVIDERS = {"openvino": "OpenVINOExecutionProvider", "cpu": "CPUExecutionProvider"}
+PROVIDERS = {"openvino": OPENVINO, "cpu": ORT_CPU}
 
 # max abs differences measured by the tests, printed at the end with `pytest -s`
 MEASURED: dict[str, float] = {}
@@ -244,8 +245,8 @@ def test_encoder_output_matches_reference(
     folder: Path, ep: str, reference: _Reference, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     path, hidden = _encoder_with_hidden_output(folder, tmp_path_factory.mktemp("encoder"))
-    session = create_session(path, ep, "CPU", THREADS)
-    assert session.get_providers()[0] == PROVIDERS[ep]
+    session = open_graph(path, ep, "CPU", THREADS)
+    assert session.provider == PROVIDERS[ep]
     (ours,) = session.run([hidden], {"input_features": _jfk(reference, folder)})
     theirs = reference.encoder_output(folder)
     _record(f"{folder.name}/{ep} encoder output", _maxdiff(ours, theirs))

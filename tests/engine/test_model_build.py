@@ -18,6 +18,7 @@ from app.export.errors import BuildError
 from app.export.sources import catalog, fetch_catalog_model
 from app.runtime import contract
 from app.runtime.contract import ContractError, Manifest
+from app.runtime.graphs import OPENVINO, ORT_CPU
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
 from app.service.transcriber import Transcriber, TranscriptionOptions
 from tests.conftest import REPO, WEIGHTS_CACHE
@@ -126,7 +127,7 @@ def test_a_folder_of_an_older_contract_is_refused_with_a_rebuild_hint(
 @pytest.mark.parametrize("ep", ["openvino", "cpu"])
 def test_sessions_run_on_the_provider_asked_for(tiny_en_dir: Path, ep: str) -> None:
     sessions = WhisperSessions.load(tiny_en_dir, RuntimeOptions(ep=ep, threads=2))
-    expected = {"openvino": "OpenVINOExecutionProvider", "cpu": "CPUExecutionProvider"}[ep]
+    expected = {"openvino": OPENVINO, "cpu": ORT_CPU}[ep]
     assert sessions.providers == {"encoder": expected, "decoder": expected, "aligner": expected}
     dims = sessions.manifest.dims
     cross = sessions.encode(np.zeros((1, dims.n_mels, 3000), np.float32))
@@ -258,9 +259,8 @@ def test_int8_build_is_smaller_and_transcribes_like_fp16(
     assert stored["model.decoder.embed_tokens.weight"] == onnx.TensorProto.INT8
     assert stored["model.decoder.layers.0.fc1.weight_t"] == onnx.TensorProto.INT8
     assert stored["model.decoder.layers.0.fc1.bias"] == onnx.TensorProto.FLOAT16
-    # every node runs on OpenVINO (the session refuses CPU-EP fallback)
     sessions = WhisperSessions.load(summary.folder, RuntimeOptions(device="CPU", threads=2))
-    assert set(sessions.providers.values()) == {"OpenVINOExecutionProvider"}
+    assert set(sessions.providers.values()) == {OPENVINO}
     int8 = Transcriber(sessions, tiny_tr.tokenizer)
     for name in (JFK, "1089-134686-0000.flac"):
         options = TranscriptionOptions(language="en")

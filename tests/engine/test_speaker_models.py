@@ -52,7 +52,8 @@ from app.export.speakers.build import (
 )
 from app.export.speakers.torch_checkpoint import read_torch_checkpoint
 from app.runtime.contract import SAMPLE_RATE
-from app.runtime.sessions import RuntimeOptions, create_session
+from app.runtime.graphs import ORT_CPU
+from app.runtime.sessions import RuntimeOptions, open_graph
 from app.runtime.speaker_contract import EMBEDDING_FILE, FOLDER, SEGMENTATION_FILE
 from tests.conftest import AUDIO, MODELS_DIR, TESTDATA, WEIGHTS_CACHE, not_built
 from tests.engine import speaker_oracle
@@ -361,20 +362,20 @@ def test_on_a_cpu_they_run_on_onnx_runtimes_cpu_provider():
     if not is_built(MODELS_DIR / FOLDER):
         not_built(MODELS_DIR / FOLDER)
     loaded = load_speaker_models(MODELS_DIR, RuntimeOptions(ep="openvino", device="CPU"))
-    assert (loaded.device, loaded.provider) == ("CPU", "CPUExecutionProvider")
+    assert (loaded.device, loaded.provider) == ("CPU", ORT_CPU)
 
 
 def test_on_openvino_both_graphs_run_with_the_loaders_run_options():
-    """NPU/GPU load through OpenVINO, whose sessions have no CPU arena to shrink (OpenVINO's CPU
-    device stands in for them here)."""
+    """NPU/GPU load through OpenVINO, which has no CPU arena to shrink (OpenVINO's CPU device
+    stands in for them here)."""
     if not is_built(MODELS_DIR / FOLDER):
         not_built(MODELS_DIR / FOLDER)
     folder = MODELS_DIR / FOLDER
     runs = run_options("openvino")
-    session = create_session(folder / EMBEDDING_FILE, "openvino", "CPU", 0)
+    session = open_graph(folder / EMBEDDING_FILE, "openvino", "CPU", 0)
     embedding = SpeakerEmbedding(session, runs)
     vector = embedding(audio(AUDIO / "jfk.flac")[: 3 * 16000])
     assert vector.shape == (192,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-4
-    session = create_session(folder / SEGMENTATION_FILE, "openvino", "CPU", 0)
+    session = open_graph(folder / SEGMENTATION_FILE, "openvino", "CPU", 0)
     activity = SpeakerSegmentation(session, run_options=runs)(audio(AUDIO / "jfk.flac"))
     assert activity.shape[1:] == (589, 3) and activity.any()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.runtime import sessions
-from app.runtime.sessions import DeviceError, RuntimeOptions, _openvino_config, resolve_device
+from app.runtime.sessions import DeviceError, RuntimeOptions, openvino_properties, resolve_device
 
 
 @pytest.mark.parametrize(
@@ -41,27 +41,38 @@ def test_auto_precision(monkeypatch: pytest.MonkeyPatch) -> None:
     off = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
     on = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"}
     monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: True)
-    assert _openvino_config("CPU", "auto", False) == {
-        "CPU": {"INFERENCE_PRECISION_HINT": "bf16", **off}  # bf16: activations stay bf16
+    assert openvino_properties("CPU", "auto", False) == {
+        "INFERENCE_PRECISION_HINT": "bf16",  # bf16: activations stay bf16
+        **off,
     }
-    decoder = _openvino_config("CPU", "auto", True)["CPU"]
+    f32 = {"INFERENCE_PRECISION_HINT": "f32"}  # named: OpenVINO's own default there is bf16
+    assert openvino_properties("CPU", None, False).items() >= f32.items()
+    decoder = openvino_properties("CPU", "auto", True)
     assert decoder["SNIPPETS_MODE"] == "DISABLE"  # OpenVINO 2025.4 bug with bf16 attention
-    assert _openvino_config("GPU", "auto", True) == {}
+    assert openvino_properties("GPU", "auto", True) == {}
     monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: False)
     monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: True)
-    assert _openvino_config("CPU", "auto", True) == {"CPU": on}  # f32: int8 x int8 products
-    assert _openvino_config("CPU", None, True) == {"CPU": on}
+    assert openvino_properties("CPU", "auto", True) == {**f32, **on}  # int8 x int8 products
+    assert openvino_properties("CPU", None, True) == {**f32, **on}
     monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: False)
-    assert _openvino_config("CPU", "auto", True) == {"CPU": off}  # AVX2 only: not applied
-    assert _openvino_config("CPU", None, False, "on") == {"CPU": on}  # asked for: as asked
+    assert openvino_properties("CPU", "auto", True) == {**f32, **off}  # AVX2 only: not applied
+    assert openvino_properties("CPU", None, False, "on") == {**f32, **on}  # asked for: as asked
     monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: True)
-    assert _openvino_config("CPU", "f32", True, "off") == {
-        "CPU": {"INFERENCE_PRECISION_HINT": "f32", **off}
+    assert openvino_properties("CPU", "f32", True, "off") == {
+        "INFERENCE_PRECISION_HINT": "f32",
+        **off,
     }
-    assert _openvino_config("CPU", "bf16", False, "on")["CPU"] == {
+    assert openvino_properties("CPU", "bf16", False, "on") == {
         "INFERENCE_PRECISION_HINT": "bf16",
         **on,
     }
-    assert _openvino_config("NPU", "f16", False) == {"NPU": {"INFERENCE_PRECISION_HINT": "f16"}}
+    assert openvino_properties("NPU", "f16", False) == {"INFERENCE_PRECISION_HINT": "f16"}
     with pytest.raises(DeviceError, match="activation quantization"):
         RuntimeOptions(activation_quantization="int4")
+
+
+def test_threads_and_cache_reach_openvino(tmp_path) -> None:
+    cpu = openvino_properties("CPU", "f32", False, threads=2, cache_dir=tmp_path / "cache")
+    assert cpu["INFERENCE_NUM_THREADS"] == "2"
+    assert cpu["CACHE_DIR"] == str(tmp_path / "cache") and (tmp_path / "cache").is_dir()
+    assert "INFERENCE_NUM_THREADS" not in openvino_properties("GPU", None, False, threads=2)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 from app.export import graph_builder
 from app.export.graph_builder import GraphBuilder, WeightFormat, quantize_int8
+from app.runtime.graphs import OPENVINO, ORT_CPU
+from app.runtime.sessions import open_graph
 
 
 def test_round_trip_error_is_at_most_half_a_step_per_group() -> None:
@@ -37,9 +40,9 @@ def test_zero_groups_stay_zero_and_odd_widths_get_one_scale_per_row() -> None:
     assert q.shape == (3, 1, 80) and scale.shape == (3, 1, 1)
 
 
-@pytest.mark.parametrize("ep", ["OpenVINOExecutionProvider", "CPUExecutionProvider"])
-def test_linear_with_int8_weights_runs_on_both_providers(
-    ep: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("ep", ["openvino", "cpu"])
+def test_linear_with_int8_weights_runs_on_both_runtimes(
+    ep: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     rng = np.random.default_rng(1)
     weight = rng.standard_normal((16, 32)).astype(np.float32)  # [out, in]
@@ -52,13 +55,11 @@ def test_linear_with_int8_weights_runs_on_both_providers(
     stored = {t.name: t.data_type for t in model.graph.initializer}
     assert stored["fc.weight_t"] == onnx.TensorProto.INT8
     assert stored["fc.bias"] == onnx.TensorProto.FLOAT16
-    options = ort.SessionOptions()
-    if ep == "OpenVINOExecutionProvider":  # every node on OpenVINO, none left to the CPU EP
-        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=[ep])
-    assert session.get_providers()[0] == ep
+    onnx.save(model, tmp_path / "linear.onnx")
+    graph = open_graph(tmp_path / "linear.onnx", ep, "CPU", 1)
+    assert graph.provider == {"openvino": OPENVINO, "cpu": ORT_CPU}[ep]
     inputs = rng.standard_normal((2, 32)).astype(np.float32)
-    (got,) = session.run(None, {"x": inputs})
+    (got,) = graph.run(["y"], {"x": inputs})
     q, scale = quantize_int8(weight, group=16)  # [out, in] in groups of 16 inputs
     dequantized = inputs @ (q * scale.astype(np.float32)).reshape(16, 32).T
     dequantized += bias.astype(np.float16)

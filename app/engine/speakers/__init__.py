@@ -19,13 +19,8 @@ import onnxruntime as ort
 
 from app.engine.speakers.embedding import SpeakerEmbedding, TooLittleSpeech
 from app.engine.speakers.segmentation import DEFAULT_STEP_S, SpeakerSegmentation, window_starts
-from app.runtime.sessions import (
-    DeviceError,
-    RuntimeOptions,
-    create_session,
-    openvino_devices,
-    resolve_device,
-)
+from app.runtime.graphs import openvino_devices
+from app.runtime.sessions import RuntimeOptions, open_graph, resolve_device
 from app.runtime.speaker_contract import EMBEDDING_FILE, FOLDER, SEGMENTATION_FILE
 
 log = logging.getLogger(__name__)
@@ -46,9 +41,8 @@ def run_options(ep: str) -> ort.RunOptions | None:
     """On the CPU EP, runs that hand the CPU arena's unused memory back afterwards: the
     activations of a call (a 10 s CAM++ pass, 4 segmentation windows) are 100+ MB and occasional,
     so a kept arena would hold them for good (measured after a 60 s segmentation + a 10 s
-    embedding: +193 MB RSS kept, +62 MB with shrinkage, no measurable time cost). None on the
-    OpenVINO EP: its sessions have no CPU arena to shrink (`create_session`), and asking for one
-    fails every run."""
+    embedding: +193 MB RSS kept, +62 MB with shrinkage, no measurable time cost). None on
+    OpenVINO, which has no such arena."""
     if ep != "cpu":
         return None
     options = ort.RunOptions()
@@ -65,7 +59,7 @@ class SpeakerModels:
     segmentation: SpeakerSegmentation
     embedding: SpeakerEmbedding
     device: str
-    provider: str  # the ONNX Runtime execution provider both run on
+    provider: str  # what runs both: "OpenVINO" or ONNX Runtime's "CPUExecutionProvider"
 
 
 def load_speaker_models(
@@ -87,15 +81,12 @@ def load_speaker_models(
         )
     device = "CPU"
     if options.ep == "openvino":
-        available = openvino_devices()
-        if not available:
-            raise DeviceError("the OpenVINO execution provider is not installed in this Python")
-        device = resolve_device(options.device, available)
+        device = resolve_device(options.device, openvino_devices())
     ep = "cpu" if device.split(".")[0] == "CPU" else options.ep
     sessions = {}
     for name in (SEGMENTATION_FILE, EMBEDDING_FILE):
         started = time.perf_counter()
-        sessions[name] = create_session(
+        sessions[name] = open_graph(
             folder / name,
             ep,
             device,
@@ -109,5 +100,5 @@ def load_speaker_models(
         segmentation=SpeakerSegmentation(sessions[SEGMENTATION_FILE], step_s, run_options=runs),
         embedding=SpeakerEmbedding(sessions[EMBEDDING_FILE], runs),
         device=device,
-        provider=sessions[EMBEDDING_FILE].get_providers()[0],
+        provider=sessions[EMBEDDING_FILE].provider,
     )

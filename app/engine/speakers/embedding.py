@@ -14,6 +14,7 @@ import onnxruntime as ort
 
 from app.engine.speakers.fbank import FRAME_LENGTH, FRAME_SHIFT, fbank, frame_count, mean_normalised
 from app.runtime import speaker_contract as io
+from app.runtime.graphs import Graph
 
 MIN_FRAMES = 20  # kept fbank frames (10 ms each) below which no embedding is made
 
@@ -51,11 +52,9 @@ def kept_features(rows: np.ndarray, n_samples: int, mask: np.ndarray | None) -> 
 
 
 class SpeakerEmbedding:
-    """CAM++ on the ONNX session `session`; thread-safe (the session is)."""
+    """CAM++ on the graph `session`; thread-safe (the graph is)."""
 
-    def __init__(
-        self, session: ort.InferenceSession, run_options: ort.RunOptions | None = None
-    ) -> None:
+    def __init__(self, session: Graph, run_options: ort.RunOptions | None = None) -> None:
         self._session = session
         self._run_options = run_options
 

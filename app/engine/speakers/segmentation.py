@@ -21,6 +21,7 @@ import onnxruntime as ort
 
 from app.runtime import speaker_contract as io
 from app.runtime.contract import SAMPLE_RATE
+from app.runtime.graphs import Graph
 
 WINDOW_SAMPLES = 160_000  # 10 s
 WINDOW_S = WINDOW_SAMPLES / SAMPLE_RATE
@@ -74,11 +75,11 @@ def powerset_to_speakers(log_probs: np.ndarray) -> np.ndarray:
 
 
 class SpeakerSegmentation:
-    """Per-frame local speaker activity of whole clips; thread-safe (the session is)."""
+    """Per-frame local speaker activity of whole clips; thread-safe (the graph is)."""
 
     def __init__(
         self,
-        session: ort.InferenceSession,
+        session: Graph,
         step_s: float = DEFAULT_STEP_S,
         batch: int = DEFAULT_BATCH,
         run_options: ort.RunOptions | None = None,

@@ -1,0 +1,210 @@
+"""One ONNX graph, ready to run: on OpenVINO (its own runtime: CPU, GPU, NPU) or on ONNX Runtime's
+CPU provider (`ep="cpu"`, the reference). Both answer `run(output_names, feed)` as an ONNX Runtime
+session does, and `run_into(feed, outputs)` writes outputs into arrays the caller owns.
+
+OpenVINO is driven through its own API, not ONNX Runtime's OpenVINO EP: inputs are handed over as
+tensors that share the numpy arrays' memory, and an input or output can be declared bfloat16
+(`bf16_ports`) so a CPU that computes bf16 takes a window's cross K/V as they will be read,
+with no f32 -> bf16 reorder of 18-61 MB on every decoder step (the EP refuses bf16 inputs;
+`benchmarks/results/openvino_api.md`). A device that only takes static shapes (NPU) gets the graph
+compiled once per input shape it meets.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import ml_dtypes
+import numpy as np
+import onnxruntime as ort
+import openvino as ov
+from openvino.preprocess import PrePostProcessor
+
+BF16 = np.dtype(ml_dtypes.bfloat16)  # host dtype of bf16 inputs and outputs
+OPENVINO = "OpenVINO"  # `Graph.provider` of graphs run by OpenVINO
+ORT_CPU = "CPUExecutionProvider"  # ... and by ONNX Runtime's CPU provider
+_STATIC_DEVICES = ("NPU",)  # devices that compile a graph for fixed input shapes only
+
+
+class Graph(Protocol):
+    """A loaded graph; `run` and `run_into` may be called from many threads at once."""
+
+    provider: str
+    input_names: list[str]
+    output_names: list[str]
+
+    def run(
+        self, output_names: Sequence[str], feed: Mapping[str, np.ndarray], run_options=None
+    ) -> list[np.ndarray]: ...
+
+    def run_into(
+        self, feed: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]
+    ) -> None: ...
+
+
+@functools.cache
+def openvino_core() -> ov.Core:
+    """The process's OpenVINO core (plugins load once)."""
+    return ov.Core()
+
+
+def openvino_devices() -> list[str]:
+    """Devices OpenVINO reports on this machine, e.g. ['CPU', 'GPU.0', 'NPU']."""
+    return list(openvino_core().available_devices)
+
+
+class OrtGraph:
+    """A graph on ONNX Runtime's CPU execution provider."""
+
+    provider = ORT_CPU
+
+    def __init__(self, path: Path, threads: int) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(str(path), options, providers=[ORT_CPU])
+        self.input_names = [i.name for i in self._session.get_inputs()]
+        self.output_names = [o.name for o in self._session.get_outputs()]
+
+    def run(self, output_names, feed, run_options=None) -> list[np.ndarray]:
+        return self._session.run(list(output_names), dict(feed), run_options)
+
+    def run_into(self, feed, outputs) -> None:
+        binding = self._session.io_binding()
+        for name, array in feed.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name, out in outputs.items():
+            assert out.flags.c_contiguous, name
+            binding.bind_output(name, "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
+        self._session.run_with_iobinding(binding)
+
+
+class OpenVINOGraph:
+    """A graph compiled by OpenVINO for one device, with an infer request per calling thread.
+
+    A call's inputs are bound as tensors over the caller's arrays (no copy); outputs are copied
+    out (the request reuses their memory) or written into the caller's arrays (`run_into`)."""
+
+    provider = OPENVINO
+
+    def __init__(
+        self,
+        path: Path,
+        device: str,
+        properties: Mapping[str, str],
+        bf16_ports: Iterable[str] = (),
+    ) -> None:
+        model = openvino_core().read_model(str(path))
+        bf16 = set(bf16_ports)
+        if bf16:
+            model = _declare_bf16(model, bf16)
+        self._device = device
+        self._properties = dict(properties)
+        self.input_names = [p.get_any_name() for p in model.inputs]
+        self.output_names = [p.get_any_name() for p in model.outputs]
+        self._placeholders = {p.get_any_name(): _placeholder(p) for p in model.outputs}
+        self._static = device.split(".")[0] in _STATIC_DEVICES
+        self._model = model if self._static else None  # reshaped and compiled per input shape
+        self._compiled: dict[tuple, ov.CompiledModel] = {}
+        if not self._static:
+            self._compiled[()] = self._compile(model)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _compile(self, model: ov.Model) -> ov.CompiledModel:
+        return openvino_core().compile_model(model, self._device, self._properties)
+
+    def _request(self, feed: Mapping[str, np.ndarray]) -> ov.InferRequest:
+        key = tuple((name, a.shape) for name, a in feed.items()) if self._static else ()
+        requests = self._local.__dict__.setdefault("requests", {})
+        request = requests.get(key)
+        if request is None:
+            with self._lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    assert self._model is not None
+                    model = self._model.clone()
+                    model.reshape({name: ov.PartialShape(list(shape)) for name, shape in key})
+                    compiled = self._compiled[key] = self._compile(model)
+            request = requests[key] = compiled.create_infer_request()
+        return request
+
+    def run(self, output_names, feed, run_options=None) -> list[np.ndarray]:
+        """`run_options` is accepted for ONNX Runtime's signature and ignored."""
+        request = self._request(feed)
+        held = self._bind(request, feed, self.input_names)
+        request.infer()
+        del held
+        return [_copy(request.get_tensor(name)) for name in output_names]
+
+    def run_into(self, feed, outputs) -> None:
+        if self._static:  # a device's outputs are copied to the host anyway
+            for out, value in zip(outputs.values(), self.run(list(outputs), feed), strict=True):
+                np.copyto(out, value)
+            return
+        request = self._request(feed)
+        held = self._bind(request, feed, self.input_names) + self._bind(request, outputs, outputs)
+        try:
+            request.infer()
+        finally:  # a later `run` on this request must not write into the caller's arrays
+            for name in outputs:
+                request.set_tensor(name, self._placeholders[name])
+            del held
+
+    @staticmethod
+    def _bind(
+        request: ov.InferRequest, arrays: Mapping[str, np.ndarray], names: Iterable[str]
+    ) -> list[np.ndarray]:
+        """Bind tensors over the arrays' memory (a copy only of one that is not contiguous or is
+        read-only), every one of `names`; returns the arrays bound, which the caller keeps alive
+        while the request runs (a tensor does not hold its array). Inputs stay bound after a
+        call but are never read again: every call binds all of them anew."""
+        if set(arrays) != set(names):
+            raise ValueError(f"expected {sorted(names)}, got {sorted(arrays)}")
+        bound = []
+        for name, array in arrays.items():
+            array = np.ascontiguousarray(array)
+            if array.dtype == BF16:
+                array = array.view(np.uint16)
+                tensor = ov.Tensor(array, list(array.shape), ov.Type.bf16)
+            else:
+                if not array.flags.writeable:
+                    array = array.copy()
+                tensor = ov.Tensor(array, shared_memory=True)
+            request.set_tensor(name, tensor)
+            bound.append(array)
+        return bound
+
+
+def _declare_bf16(model: ov.Model, names: set[str]) -> ov.Model:
+    """`model` with the named inputs and outputs taking/giving bf16 tensors."""
+    ppp = PrePostProcessor(model)
+    inputs = {p.get_any_name() for p in model.inputs}
+    outputs = {p.get_any_name() for p in model.outputs}
+    for name in names:
+        if name in inputs:
+            ppp.input(name).tensor().set_element_type(ov.Type.bf16)
+        elif name in outputs:
+            ppp.output(name).tensor().set_element_type(ov.Type.bf16)
+        else:
+            raise ValueError(f"the graph has no input or output {name!r}")
+    return ppp.build()
+
+
+def _placeholder(port: ov.Output) -> ov.Tensor:
+    """An empty tensor of the port's type and rank (every dynamic dimension 0): what an output
+    is left bound to after `run_into`."""
+    shape = [d.get_length() if d.is_static else 0 for d in port.get_partial_shape()]
+    return ov.Tensor(port.get_element_type(), shape)
+
+
+def _copy(tensor: ov.Tensor) -> np.ndarray:
+    """The tensor's values as a numpy array of their own (bf16 as `BF16`)."""
+    if tensor.element_type == ov.Type.bf16:
+        return tensor.data.view(np.uint16).copy().view(BF16)  # .data shows bf16 bits as f16
+    return tensor.data.copy()
