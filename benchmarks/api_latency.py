@@ -78,19 +78,24 @@ def start_server(
 
 
 def launch_server(
-    model: str, models_dir: Path, settings: dict[str, str], checkout: Path = REPO
+    model: str,
+    models_dir: Path,
+    settings: dict[str, str],
+    checkout: Path = REPO,
+    python: str = sys.executable,
 ) -> Server:
     """`uvicorn --factory app.main:create_app` on a free port with `model` from `models_dir`,
     the service's defaults overridden by `settings` (STT_* and other variables); returns once
     /health answers 200 (SystemExit if the server dies or is not healthy within 300 s).
     `checkout`: the source tree the server runs from (another `git worktree` runs an older
-    version of the service side by side; its `app` package wins over the installed one)."""
+    version of the service side by side; its `app` package wins over the installed one), and
+    `python` the interpreter (a venv with that version's dependencies)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STT_")}
     env.update(STT_MODELS=model, STT_MODELS_DIR=str(models_dir), STT_LOG_LEVEL="WARNING")
     env.update(settings)
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
+        [python, "-m", "uvicorn", "--factory", "app.main:create_app",
          "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"],
         cwd=checkout, env=env,
     )  # fmt: skip

@@ -23,6 +23,12 @@ class WhisperBackend(Protocol):
     @property
     def devices(self) -> dict[str, str]: ...
 
+    @property
+    def kv_dtype(self) -> np.dtype:
+        """The dtype of every K/V array the calls take and give (f32, or bf16 where the decoder
+        computes bf16)."""
+        ...
+
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
         """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]."""
         ...

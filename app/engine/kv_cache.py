@@ -158,9 +158,10 @@ class KVCache(ABC):
         return logits, new
 
     def _zeros(self, positions: int) -> list[np.ndarray]:
-        """Zeroed self K/V [B, H, positions, Dh] per layer (k, v, k, v, ...)."""
+        """Zeroed self K/V [B, H, positions, Dh] per layer (k, v, k, v, ...), in the runtime's
+        K/V dtype."""
         shape = (self.batch, self.n_heads, positions, self.head_dim)
-        return [np.zeros(shape, np.float32) for _ in range(2 * self.n_layers)]
+        return [np.zeros(shape, self.sessions.kv_dtype) for _ in range(2 * self.n_layers)]
 
 
 class _SlotCache(KVCache):

@@ -135,7 +135,6 @@ def _activation_groups(precision: str | None, activation_quantization: str) -> i
 def openvino_properties(
     device: str,
     precision: str | None,
-    inputs_feed_attention: bool,
     activation_quantization: str = "auto",
     threads: int = 0,
     cache_dir: Path | None = None,
@@ -151,10 +150,6 @@ def openvino_properties(
         properties["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(groups)
         if threads:
             properties["INFERENCE_NUM_THREADS"] = str(threads)
-    if family == "CPU" and precision == "bf16" and inputs_feed_attention:
-        # OpenVINO 2025.4's fused-attention snippet rejects fp32 graph inputs (the past K/V)
-        # meeting bf16 activations ("BrgemmCPU node has incompatible input element types").
-        properties["SNIPPETS_MODE"] = "DISABLE"
     if cache_dir is not None:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         properties["CACHE_DIR"] = str(cache_dir)
@@ -180,7 +175,6 @@ def open_graph(
     threads: int,
     cache_dir: Path | None = None,
     inference_precision: str | None = None,
-    graph_inputs_feed_attention: bool = False,
     activation_quantization: str = "auto",
     bf16_ports: tuple[str, ...] = (),
 ) -> Graph:
@@ -192,7 +186,6 @@ def open_graph(
         properties = openvino_properties(
             device,
             inference_precision,
-            graph_inputs_feed_attention,
             activation_quantization,
             threads,
             cache_dir,
@@ -208,8 +201,10 @@ class WhisperSessions:
     A graph whose weights are in an external data file has that file's mapped pages dropped
     after its first run (`mapped_weights`).
 
-    Cross K/V travel between the graphs in the precision the decoder computes in: bf16
-    (`graphs.BF16` arrays) where it computes bf16 on OpenVINO's CPU, else f32 (`cross_dtype`)."""
+    K/V travel in the precision the decoder computes in (`kv_dtype`): bf16 (`graphs.BF16` arrays)
+    where it computes bf16 on OpenVINO's CPU, else f32. The encoder writes the cross K/V so once
+    per window, and the self K/V go in and come out so, so no decoder step converts them (at
+    beam 5 on tiny.en that reorder of the past was ~1.3 of a 6 ms step)."""
 
     def __init__(
         self,
@@ -219,13 +214,13 @@ class WhisperSessions:
         decoder: Graph,
         devices: dict[str, str],
         ep: str,
-        cross_dtype: np.dtype,
+        kv_dtype: np.dtype,
     ) -> None:
         self.folder = folder
         self.manifest = manifest
         self.devices = devices
         self.ep = ep
-        self.cross_dtype = cross_dtype
+        self.kv_dtype = kv_dtype
         self._encoder = encoder
         self._decoder = decoder
         n_layers = manifest.dims.n_text_layer
@@ -260,8 +255,16 @@ class WhisperSessions:
             for stage in ("encoder", "decoder")
             if (wanted := getattr(options, f"{stage}_device") or options.device)
         }
-        cross_names = tuple(contract.encoder_output_names(manifest.dims.n_text_layer))
-        bf16_cross = (
+        n_layers = manifest.dims.n_text_layer
+        kv_names = {
+            "encoder": tuple(contract.encoder_output_names(n_layers)),
+            "decoder": (
+                *contract.encoder_output_names(n_layers),
+                *contract.past_names(n_layers),
+                *contract.decoder_step_output_names(n_layers)[1:],
+            ),
+        }
+        bf16_kv = (
             options.ep == "openvino"
             and devices["decoder"].split(".")[0] == "CPU"
             and resolved_precision(devices["decoder"], options.inference_precision) == "bf16"
@@ -276,9 +279,8 @@ class WhisperSessions:
                 options.threads,
                 options.cache_dir,
                 options.inference_precision,
-                graph_inputs_feed_attention=stage != "encoder",
                 activation_quantization=options.activation_quantization,
-                bf16_ports=cross_names if bf16_cross else (),
+                bf16_ports=kv_names[stage] if bf16_kv else (),
             )
             contract.check_io(
                 stage, graph.input_names, graph.output_names, manifest.dims.n_text_layer
@@ -293,9 +295,9 @@ class WhisperSessions:
             )
             graphs[stage] = graph
         devices["aligner"] = devices["decoder"]  # word timing runs on the decoder's graph
-        cross_dtype = BF16 if bf16_cross else np.dtype(np.float32)
+        kv_dtype = BF16 if bf16_kv else np.dtype(np.float32)
         return cls(
-            folder, manifest, graphs["encoder"], graphs["decoder"], devices, options.ep, cross_dtype
+            folder, manifest, graphs["encoder"], graphs["decoder"], devices, options.ep, kv_dtype
         )
 
     @property
@@ -307,18 +309,18 @@ class WhisperSessions:
 
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
         """features f32 [B, n_mels, 3000] -> [cross_k_0, cross_v_0, ...], each [B, H, 1500, Dh]
-        of `cross_dtype`."""
+        of `kv_dtype`."""
         cross = self._encoder.run(self._encoder_outputs, {"input_features": features})
         self._ran("encoder")
         return cross
 
     def encode_into(self, features: np.ndarray, outputs: list[np.ndarray]) -> None:
-        """`encode`, its outputs written into `outputs` (`cross_dtype`, C-contiguous, [B, H, 1500,
+        """`encode`, its outputs written into `outputs` (`kv_dtype`, C-contiguous, [B, H, 1500,
         Dh] each, e.g. slots of a slab) instead of arrays allocated per call: a fresh window's
         9-61 MB of cross K/V would be page-faulted in on every call (base: ~9000 faults, ~46 ms
         on a VM)."""
         for name, out in zip(self._encoder_outputs, outputs, strict=True):
-            assert out.dtype == self.cross_dtype and out.flags.c_contiguous, name
+            assert out.dtype == self.kv_dtype and out.flags.c_contiguous, name
         features = np.ascontiguousarray(features, np.float32)
         self._encoder.run_into(
             {"input_features": features}, dict(zip(self._encoder_outputs, outputs, strict=True))
@@ -333,7 +335,8 @@ class WhisperSessions:
         past: list[np.ndarray],
         cross: list[np.ndarray],
     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """One decoder call (shapes in contract.decoder_input_names); returns logits, new K/V."""
+        """One decoder call (shapes in contract.decoder_input_names; K/V of `kv_dtype`); returns
+        logits f32, new K/V of `kv_dtype`."""
         feed = {
             "input_ids": input_ids,
             "position_ids": position_ids,
@@ -372,4 +375,4 @@ class WhisperSessions:
         """Zero-length self K/V [batch, H, 0, Dh] for a first call with nothing cached."""
         dims = self.manifest.dims
         shape = (batch, dims.n_heads, 0, dims.head_dim)
-        return [np.zeros(shape, np.float32) for _ in self._past_names]
+        return [np.zeros(shape, self.kv_dtype) for _ in self._past_names]

@@ -139,6 +139,10 @@ class BatchingSessions:
         return self.inner.devices
 
     @property
+    def kv_dtype(self) -> np.dtype:
+        return self.inner.kv_dtype
+
+    @property
     def ep(self) -> str:
         return self.inner.ep
 

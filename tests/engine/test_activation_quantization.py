@@ -23,7 +23,7 @@ PAST = 20
 
 
 def quantizes_by_default() -> bool:
-    groups = openvino_properties("CPU", "auto", True)["DYNAMIC_QUANTIZATION_GROUP_SIZE"]
+    groups = openvino_properties("CPU", "auto")["DYNAMIC_QUANTIZATION_GROUP_SIZE"]
     return groups != "0"
 
 

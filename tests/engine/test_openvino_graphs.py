@@ -13,7 +13,7 @@ from app.runtime.graphs import BF16, OpenVINOGraph
 from app.runtime.sessions import RuntimeOptions, WhisperSessions, openvino_properties
 from tests.conftest import model_dir
 
-PROPERTIES = openvino_properties("CPU", "f32", True, threads=2)
+PROPERTIES = openvino_properties("CPU", "f32", threads=2)
 
 
 @pytest.fixture(scope="module")
@@ -81,21 +81,32 @@ def test_bf16_cross_kv_are_taken_and_given_as_bf16(folder, encoder, cross, cross
         OpenVINOGraph(folder / "decoder.onnx", "CPU", PROPERTIES, ["cross_q_0"])
 
 
-def test_sessions_hand_cross_kv_over_in_the_decoders_precision(folder, monkeypatch) -> None:
+def test_sessions_hand_kv_over_in_the_decoders_precision(folder, monkeypatch) -> None:
     monkeypatch.setattr("app.runtime.sessions.cpu_has_native_bf16", lambda: True)
     bf16 = WhisperSessions.load(folder, RuntimeOptions(device="CPU", inference_precision="auto"))
     f32 = WhisperSessions.load(folder, RuntimeOptions(device="CPU", inference_precision="f32"))
     reference = WhisperSessions.load(folder, RuntimeOptions(ep="cpu"))
-    assert (bf16.cross_dtype, f32.cross_dtype, reference.cross_dtype) == (
+    assert (bf16.kv_dtype, f32.kv_dtype, reference.kv_dtype) == (
         BF16,
         np.float32,
         np.float32,
     )
-    features = np.zeros((1, 80, 3000), np.float32)
-    assert bf16.encode(features)[0].dtype == BF16
+    features = np.random.default_rng(0).standard_normal((1, 80, 3000)).astype(np.float32)
     slots = [np.empty((1, 6, 1500, 64), np.float32) for _ in range(8)]
     with pytest.raises(AssertionError, match="cross_k_0"):  # f32 slots for bf16 K/V: refused
         bf16.encode_into(features, slots)
+    ids, positions = np.array([[50257, 50362, 440]]), np.arange(3)[None]
+    mask = np.ones((1, 3), np.int64)
+    logits = {}
+    for name, sessions in (("bf16", bf16), ("f32", f32)):
+        cross = sessions.encode(features)
+        _, past = sessions.decode(ids, positions, mask, sessions.empty_past(), cross)
+        assert {a.dtype for a in (*cross, *past)} == {sessions.kv_dtype}
+        step = (np.array([[20277]]), np.array([[3]]), np.ones((1, 4), np.int64))
+        logits[name], _ = sessions.decode(*step, past, cross)  # the past goes back in as given
+    assert logits["bf16"].dtype == np.float32
+    worst = np.abs(logits["bf16"] - logits["f32"]).max()
+    assert worst < 0.05 * np.abs(logits["f32"]).max()
 
 
 def test_a_static_shape_device_compiles_once_per_shape(folder, cross, monkeypatch) -> None:

@@ -41,38 +41,36 @@ def test_auto_precision(monkeypatch: pytest.MonkeyPatch) -> None:
     off = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
     on = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"}
     monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: True)
-    assert openvino_properties("CPU", "auto", False) == {
+    assert openvino_properties("CPU", "auto") == {
         "INFERENCE_PRECISION_HINT": "bf16",  # bf16: activations stay bf16
         **off,
     }
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}  # named: OpenVINO's own default there is bf16
-    assert openvino_properties("CPU", None, False).items() >= f32.items()
-    decoder = openvino_properties("CPU", "auto", True)
-    assert decoder["SNIPPETS_MODE"] == "DISABLE"  # OpenVINO 2025.4 bug with bf16 attention
-    assert openvino_properties("GPU", "auto", True) == {}
+    assert openvino_properties("CPU", None).items() >= f32.items()
+    assert openvino_properties("GPU", "auto") == {}
     monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: False)
     monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: True)
-    assert openvino_properties("CPU", "auto", True) == {**f32, **on}  # int8 x int8 products
-    assert openvino_properties("CPU", None, True) == {**f32, **on}
+    assert openvino_properties("CPU", "auto") == {**f32, **on}  # int8 x int8 products
+    assert openvino_properties("CPU", None) == {**f32, **on}
     monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: False)
-    assert openvino_properties("CPU", "auto", True) == {**f32, **off}  # AVX2 only: not applied
-    assert openvino_properties("CPU", None, False, "on") == {**f32, **on}  # asked for: as asked
+    assert openvino_properties("CPU", "auto") == {**f32, **off}  # AVX2 only: not applied
+    assert openvino_properties("CPU", None, "on") == {**f32, **on}  # asked for: as asked
     monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: True)
-    assert openvino_properties("CPU", "f32", True, "off") == {
+    assert openvino_properties("CPU", "f32", "off") == {
         "INFERENCE_PRECISION_HINT": "f32",
         **off,
     }
-    assert openvino_properties("CPU", "bf16", False, "on") == {
+    assert openvino_properties("CPU", "bf16", "on") == {
         "INFERENCE_PRECISION_HINT": "bf16",
         **on,
     }
-    assert openvino_properties("NPU", "f16", False) == {"INFERENCE_PRECISION_HINT": "f16"}
+    assert openvino_properties("NPU", "f16") == {"INFERENCE_PRECISION_HINT": "f16"}
     with pytest.raises(DeviceError, match="activation quantization"):
         RuntimeOptions(activation_quantization="int4")
 
 
 def test_threads_and_cache_reach_openvino(tmp_path) -> None:
-    cpu = openvino_properties("CPU", "f32", False, threads=2, cache_dir=tmp_path / "cache")
+    cpu = openvino_properties("CPU", "f32", threads=2, cache_dir=tmp_path / "cache")
     assert cpu["INFERENCE_NUM_THREADS"] == "2"
     assert cpu["CACHE_DIR"] == str(tmp_path / "cache") and (tmp_path / "cache").is_dir()
-    assert "INFERENCE_NUM_THREADS" not in openvino_properties("GPU", None, False, threads=2)
+    assert "INFERENCE_NUM_THREADS" not in openvino_properties("GPU", None, threads=2)
