@@ -12,7 +12,7 @@ JSON lines over stdin/stdout (`benchmarks/worker_protocol.py`):
 ours: `WhisperSessions` with `RuntimeOptions(threads)` (the service's defaults otherwise: OpenVINO
 on CPU, precision and activation quantization `auto`). A step is one `WhisperSessions.decode`
 call of T = 1 per row after a past of `past` positions, the rows on one encoded window (as beams
-run; `decoder_state.py`'s "shared" case); each figure is the mean over a batch of calls.
+run); each figure is the mean over a batch of calls.
 
 ct2: `ctranslate2.models.Whisper(compute_type="int8", intra_threads=threads)`. CTranslate2 has
 no single-step call, so a step is timed through `generate` on the encoder's output (which it does

@@ -35,7 +35,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import common  # noqa: E402
-from benchmarks.cross_binding import folder_of  # noqa: E402
 
 
 class Window:
@@ -67,6 +66,12 @@ class Window:
         held = self.slab.write([self.features], self.sessions.encode_into)
         assert held is not None
         return held[0]
+
+
+def folder_of(name: str) -> Path:
+    """models/<name> when it is built there, else `name` as a path."""
+    local = REPO / "models" / name
+    return local if (local / "manifest.json").is_file() else Path(name)
 
 
 def main() -> None:
