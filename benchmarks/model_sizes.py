@@ -21,7 +21,8 @@ taken), one model in memory at a time; a round starts a fresh process per side, 
 alternating (the order rotates each round), and the figures are medians over rounds. Every
 measurement records /proc/loadavg at its start and end. `measure` replaces the sizes it ran in
 benchmarks/results/model_sizes.json and rewrites model_sizes.md from the whole file, so a size
-taken under load can be re-run alone.
+taken under load can be re-run alone; `--name` names another pair (a CPU kind of its own:
+`model_sizes_epyc_bf16` is the AMD EPYC with AVX-512 BF16).
 """
 
 from __future__ import annotations
@@ -45,8 +46,6 @@ from benchmarks import common  # noqa: E402
 from benchmarks.size_checkpoints import SIZES  # noqa: E402
 
 ROOT = Path("/work/ckpt")
-JSON_OUT = common.RESULTS / "model_sizes.json"
-MD_OUT = common.RESULTS / "model_sizes.md"
 CONVERTER = common.PEER_PYTHON.parent / "ct2-transformers-converter"
 BUSY = 1.5  # a figure taken at a 1-min load average at or above this is flagged
 SIDES = ("ours", "ct2")
@@ -64,6 +63,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--step-reps", type=int, default=1, help="step samples per round")
     p.add_argument("--past", type=int, default=100)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--name",
+        default="model_sizes",
+        help="results file stem under benchmarks/results (one per CPU kind, e.g. "
+        "model_sizes_epyc_bf16)",
+    )
     return p.parse_args()
 
 
@@ -241,7 +246,7 @@ def measure(size: str, args: argparse.Namespace, results: dict[str, dict]) -> No
             "prepare": json.loads((args.root / size / "prepare.json").read_text()),
             "runs": runs,
         }
-        JSON_OUT.write_text(json.dumps(results, indent=1) + "\n")
+        json_out(args).write_text(json.dumps(results, indent=1) + "\n")
 
 
 # ---- report -------------------------------------------------------------------------------------
@@ -347,7 +352,7 @@ def report(results: dict[str, dict]) -> list[str]:
         "`benchmarks/size_worker.py` for how each figure is taken); "
         f"{' / '.join(cpus)}: without avx512_bf16 our `auto` precision is f32 with activation "
         f"quantization; {first.get('threads', 2)} threads each side. Ours: int8 "
-        "files from `python -m app.export build NAME --from hf/`, OpenVINO EP, service "
+        "files from `python -m app.export build NAME --from hf/`, OpenVINO (its own API), service "
         "defaults. CTranslate2: the same fp16 checkpoint converted with `--quantization int8`, "
         f"`compute_type=int8`. Decoder steps at past {first.get('past', 100)}: ours one "
         "decode call (rows on one window, as beams); CTranslate2 through `generate` "
@@ -403,13 +408,17 @@ def report(results: dict[str, dict]) -> list[str]:
     return lines
 
 
+def json_out(args: argparse.Namespace) -> Path:
+    return common.RESULTS / f"{args.name}.json"
+
+
 def main() -> None:
     args = parse_args()
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     unknown = [s for s in sizes if s not in SIZES]
     if unknown:
         raise SystemExit(f"unknown size(s) {unknown}; known: {', '.join(SIZES)}")
-    results = json.loads(JSON_OUT.read_text()) if JSON_OUT.is_file() else {}
+    results = json.loads(json_out(args).read_text()) if json_out(args).is_file() else {}
     if args.command == "prepare":
         for size in sizes:
             prepare(size, args)
@@ -417,7 +426,7 @@ def main() -> None:
     if args.command == "measure":
         for size in sizes:
             measure(size, args, results)
-    common.write(MD_OUT, report(results))
+    common.write(common.RESULTS / f"{args.name}.md", report(results))
 
 
 if __name__ == "__main__":
