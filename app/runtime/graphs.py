@@ -107,7 +107,7 @@ class OpenVINOGraph:
         self._properties = dict(properties)
         self.input_names = [p.get_any_name() for p in model.inputs]
         self.output_names = [p.get_any_name() for p in model.outputs]
-        self._placeholders = {p.get_any_name(): _placeholder(p) for p in model.outputs}
+        self._output_ports = {p.get_any_name(): p for p in model.outputs}
         self._static = device.split(".")[0] in _STATIC_DEVICES
         self._model = model if self._static else None  # reshaped and compiled per input shape
         self._compiled: dict[tuple, ov.CompiledModel] = {}
@@ -152,8 +152,8 @@ class OpenVINOGraph:
         try:
             request.infer()
         finally:  # a later `run` on this request must not write into the caller's arrays
-            for name in outputs:
-                request.set_tensor(name, self._placeholders[name])
+            for name in outputs:  # (a tensor of its own per request: threads never share one)
+                request.set_tensor(name, _placeholder(self._output_ports[name]))
             del held
 
     @staticmethod
@@ -197,8 +197,8 @@ def _declare_bf16(model: ov.Model, names: set[str]) -> ov.Model:
 
 
 def _placeholder(port: ov.Output) -> ov.Tensor:
-    """An empty tensor of the port's type and rank (every dynamic dimension 0): what an output
-    is left bound to after `run_into`."""
+    """A new empty tensor of the port's type and rank (every dynamic dimension 0), which
+    OpenVINO resizes as it needs: what an output is left bound to after `run_into`."""
     shape = [d.get_length() if d.is_static else 0 for d in port.get_partial_shape()]
     return ov.Tensor(port.get_element_type(), shape)
 
