@@ -152,4 +152,3 @@ def test_threads_share_a_graph(folder, cross) -> None:
         together = list(pool.map(lambda f: decoder.run(["logits"], f)[0], feeds * 4))
     for i, got in enumerate(together):
         np.testing.assert_array_equal(got, alone[i % 4])
-
