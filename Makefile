@@ -15,6 +15,8 @@ MALLOC_ENV := MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=4194304 MALLOC_TRIM_THRE
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	# an older venv's onnxruntime-openvino shares the onnxruntime package with plain onnxruntime
+	$(PY) -m pip uninstall -q -y onnxruntime-openvino
 	$(PY) -m pip install -q -e .
 	touch $@
 
