@@ -107,6 +107,7 @@ class OpenVINOGraph:
         self._properties = dict(properties)
         self.input_names = [p.get_any_name() for p in model.inputs]
         self.output_names = [p.get_any_name() for p in model.outputs]
+        self._inputs = frozenset(self.input_names)  # every call binds every one
         self._output_ports = {p.get_any_name(): p for p in model.outputs}
         self._static = device.split(".")[0] in _STATIC_DEVICES
         self._model = model if self._static else None  # reshaped and compiled per input shape
@@ -136,8 +137,9 @@ class OpenVINOGraph:
 
     def run(self, output_names, feed, run_options=None) -> list[np.ndarray]:
         """`run_options` is accepted for ONNX Runtime's signature and ignored."""
+        self._check(feed)
         request = self._request(feed)
-        held = self._bind(request, feed, self.input_names)
+        held = _bind(request, feed)
         request.infer()
         del held
         return [_copy(request.get_tensor(name)) for name in output_names]
@@ -147,8 +149,9 @@ class OpenVINOGraph:
             for out, value in zip(outputs.values(), self.run(list(outputs), feed), strict=True):
                 np.copyto(out, value)
             return
+        self._check(feed)
         request = self._request(feed)
-        held = self._bind(request, feed, self.input_names) + self._bind(request, outputs, outputs)
+        held = _bind(request, {**feed, **outputs})
         try:
             request.infer()
         finally:  # a later `run` on this request must not write into the caller's arrays
@@ -156,29 +159,30 @@ class OpenVINOGraph:
                 request.set_tensor(name, _placeholder(self._output_ports[name]))
             del held
 
-    @staticmethod
-    def _bind(
-        request: ov.InferRequest, arrays: Mapping[str, np.ndarray], names: Iterable[str]
-    ) -> list[np.ndarray]:
-        """Bind tensors over the arrays' memory (a copy only of one that is not contiguous or is
-        read-only), every one of `names`; returns the arrays bound, which the caller keeps alive
-        while the request runs (a tensor does not hold its array). Inputs stay bound after a
-        call but are never read again: every call binds all of them anew."""
-        if set(arrays) != set(names):
-            raise ValueError(f"expected {sorted(names)}, got {sorted(arrays)}")
-        bound = []
-        for name, array in arrays.items():
-            array = np.ascontiguousarray(array)
-            if array.dtype == BF16:
-                array = array.view(np.uint16)
-                tensor = ov.Tensor(array, list(array.shape), ov.Type.bf16)
-            else:
-                if not array.flags.writeable:
-                    array = array.copy()
-                tensor = ov.Tensor(array, shared_memory=True)
-            request.set_tensor(name, tensor)
-            bound.append(array)
-        return bound
+    def _check(self, feed: Mapping[str, np.ndarray]) -> None:
+        """Every input, every call: one left out would be read from the last call's array."""
+        if feed.keys() != self._inputs:
+            raise ValueError(f"expected {sorted(self._inputs)}, got {sorted(feed)}")
+
+
+def _bind(request: ov.InferRequest, arrays: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Bind tensors over the arrays' memory (a copy only of one that is not contiguous or is
+    read-only); returns the arrays bound, which the caller keeps alive while the request runs (a
+    tensor does not hold its array). Inputs stay bound after a call but are never read again:
+    every call binds all of them anew."""
+    bound = []
+    for name, array in arrays.items():
+        array = np.ascontiguousarray(array)
+        if array.dtype == BF16:
+            array = array.view(np.uint16)
+            tensor = ov.Tensor(array, list(array.shape), ov.Type.bf16)
+        else:
+            if not array.flags.writeable:
+                array = array.copy()
+            tensor = ov.Tensor(array, shared_memory=True)
+        request.set_tensor(name, tensor)
+        bound.append(array)
+    return bound
 
 
 def _declare_bf16(model: ov.Model, names: set[str]) -> ov.Model:

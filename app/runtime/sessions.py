@@ -191,7 +191,7 @@ def open_graph(
             cache_dir,
         )
         return OpenVINOGraph(path, device, properties, bf16_ports)
-    except (RuntimeError, ValueError, OSError) as e:  # both runtimes raise their own types
+    except Exception as e:  # onnxruntime's Fail/InvalidProtobuf/... derive from Exception only
         raise DeviceError(f"cannot load {path.name} on {ep}/{device}: {e}") from e
 
 
@@ -250,11 +250,11 @@ class WhisperSessions:
         if missing:
             raise ContractError(f"{folder} lacks {', '.join(missing)}: rebuild the model")
         available = openvino_devices() if options.ep == "openvino" else []
-        devices = {
-            stage: resolve_device(wanted, available) if options.ep == "openvino" else "CPU"
-            for stage in ("encoder", "decoder")
-            if (wanted := getattr(options, f"{stage}_device") or options.device)
-        }
+        devices = {"encoder": "CPU", "decoder": "CPU"}
+        if options.ep == "openvino":
+            for stage in devices:
+                wanted = getattr(options, f"{stage}_device") or options.device
+                devices[stage] = resolve_device(wanted, available)
         n_layers = manifest.dims.n_text_layer
         kv_names = {
             "encoder": tuple(contract.encoder_output_names(n_layers)),

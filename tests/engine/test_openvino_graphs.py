@@ -10,7 +10,13 @@ import pytest
 
 from app.runtime import contract, graphs
 from app.runtime.graphs import BF16, OpenVINOGraph
-from app.runtime.sessions import RuntimeOptions, WhisperSessions, openvino_properties
+from app.runtime.sessions import (
+    DeviceError,
+    RuntimeOptions,
+    WhisperSessions,
+    open_graph,
+    openvino_properties,
+)
 from tests.conftest import model_dir
 
 PROPERTIES = openvino_properties("CPU", "f32", threads=2)
@@ -152,3 +158,13 @@ def test_threads_share_a_graph(folder, cross) -> None:
         together = list(pool.map(lambda f: decoder.run(["logits"], f)[0], feeds * 4))
     for i, got in enumerate(together):
         np.testing.assert_array_equal(got, alone[i % 4])
+
+
+@pytest.mark.parametrize("ep", ["openvino", "cpu"])
+def test_a_file_that_is_not_a_model_is_a_device_error(ep: str, tmp_path) -> None:
+    """Both runtimes' load failures reach callers as `DeviceError` (the diarization job turns
+    it into a 503); ONNX Runtime's own exception types derive from Exception only."""
+    broken = tmp_path / "encoder.onnx"
+    broken.write_bytes(b"not a model")
+    with pytest.raises(DeviceError, match=f"cannot load encoder.onnx on {ep}/CPU"):
+        open_graph(broken, ep, "CPU", 1)
