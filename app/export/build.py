@@ -20,6 +20,7 @@ from pathlib import Path
 import onnx
 from tqdm import tqdm
 
+from app.export.calibration import measure_ranges
 from app.export.errors import BuildError
 from app.export.graph_builder import WeightFormat
 from app.export.manifest import build_manifest
@@ -30,6 +31,7 @@ from app.export.sources import (
     resolve_local_folder,
     sha256_of,
 )
+from app.export.weights import WhisperWeights
 from app.export.whisper_graphs import build_decoder, build_encoder
 from app.runtime.contract import ContractError, Manifest, missing_files
 
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 PRECISIONS = {
     "fp32": WeightFormat("float32"),
     "fp16": WeightFormat("float16"),
-    "int8": WeightFormat("float16", int8_matrices=True),
+    "int8": WeightFormat("float16", int8_matrices=True, int8_inputs=True),
 }
 
 
@@ -68,6 +70,19 @@ def _save(model: onnx.ModelProto, path: Path) -> list[str]:
     data = f"{path.name}.data"
     onnx.save(model, path, save_as_external_data=True, location=data, size_threshold=1024)
     return [path.name, data]
+
+
+def _encoder_input_ranges(
+    weights: WhisperWeights, weight_format: WeightFormat, folder: Path
+) -> dict[str, float]:
+    """Calibrate the encoder's int8 inputs with a probe encoder written to `folder`/probe."""
+    probe = folder / "probe" / "encoder.onnx"
+    probe.parent.mkdir()
+    try:
+        _save(build_encoder(weights, weight_format, probe_ranges=True), probe)
+        return measure_ranges(probe, weights.dims().n_mels)
+    finally:
+        shutil.rmtree(probe.parent)
 
 
 def _stale(folder: Path) -> str | None:
@@ -125,14 +140,14 @@ def build_model(
     started = time.perf_counter()
     _remove_orphans(Path(models_dir), name)
     partial = Path(models_dir) / f".{name}.partial-{os.getpid()}"
-    steps = tqdm(total=6, desc=f"build {name}", unit="step", disable=not progress)
+    steps = tqdm(total=7, desc=f"build {name}", unit="step", disable=not progress)
 
-    done = iter(range(1, 7))  # a disabled tqdm counts nothing
+    done = iter(range(1, 8))  # a disabled tqdm counts nothing
 
     def advance() -> None:
         steps.update()
         if on_step is not None:
-            on_step(next(done) / 6)
+            on_step(next(done) / 7)
 
     try:
         steps.set_postfix_str("fetching weights")
@@ -152,8 +167,15 @@ def build_model(
         advance()
         partial.mkdir(parents=True)
         weight_format = PRECISIONS[precision]
+        ranges = None
+        if weight_format.int8_inputs:
+            steps.set_postfix_str("calibrating")
+            ranges = _encoder_input_ranges(weights, weight_format, partial)
+        advance()
         steps.set_postfix_str("encoder graph")
-        written = _save(build_encoder(weights, weight_format), partial / "encoder.onnx")
+        encoder = build_encoder(weights, weight_format, input_ranges=ranges)
+        written = _save(encoder, partial / "encoder.onnx")
+        del encoder
         advance()
         steps.set_postfix_str("decoder graph")
         decoder = build_decoder(weights, weight_format, manifest.alignment_heads)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +20,7 @@ _ONNX_TYPES = {
 
 
 INT8_GROUP = 64  # input channels per int8 scale
+RANGE_OUTPUT = "range."  # prefix of a probe graph's outputs: max |input| of a linear layer
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,13 @@ class WeightFormat:
     int8_matrices: matrix weights (linear layers and the token embedding, ~95 % of the
         parameters) are stored as int8 with an fp16 scale per output channel and group of
         `INT8_GROUP` input channels (symmetric, no zero point); OpenVINO keeps them compressed.
+    int8_inputs: the encoder's linear layers that take int8 inputs do so (`linear()`), with
+        ranges calibrated on speech at build time (`app.export.calibration`).
     """
 
     dtype: str = "float32"
     int8_matrices: bool = False
+    int8_inputs: bool = False
 
 
 def quantize_int8(rows: np.ndarray, group: int = INT8_GROUP) -> tuple[np.ndarray, np.ndarray]:
@@ -61,15 +65,27 @@ class GraphBuilder:
     Reshape, so arithmetic, LayerNorm and Softmax stay fp32.
     """
 
-    def __init__(self, name: str, weight_format: WeightFormat = WeightFormat()) -> None:
+    def __init__(
+        self,
+        name: str,
+        weight_format: WeightFormat = WeightFormat(),
+        input_ranges: Mapping[str, float] | None = None,
+        probe_ranges: bool = False,
+    ) -> None:
+        """input_ranges: max |input| per linear layer (by prefix) whose input is to be int8
+        (`linear(..., int8_input=True)`); probe_ranges: instead give each such layer's max |input|
+        as an output `range.<prefix>` (the graph a calibration runs to find them)."""
         self.name = name
         self.weight_format = weight_format
+        self.input_ranges = input_ranges
+        self.probe_ranges = probe_ranges
         self.weight_dtype = np.dtype(weight_format.dtype)
         self.nodes: list[onnx.NodeProto] = []
         self._tensors: list[tuple[str, np.ndarray]] = []  # initializers, made protos in model()
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
         self._weights: dict[str, str] = {}
+        self._int8_values: dict[str, str] = {}  # value -> its int8 round trip
         self._ids = itertools.count()
 
     def _fresh(self, hint: str) -> str:
@@ -130,6 +146,23 @@ class GraphBuilder:
         self._weights[name] = value
         return value
 
+    def _int8_round_trip(self, x: str, reach: float) -> str:
+        """x through int8 and back, symmetric per tensor: the scale is `reach` / 127."""
+        if x not in self._int8_values:
+            scale = self.const(np.float32(reach / 127.0 if reach > 0 else 1.0), f"{x}_scale")
+            zero = self.const(np.int8(0), f"{x}_zero")
+            q = self.op("QuantizeLinear", [x, scale, zero])
+            self._int8_values[x] = self.op("DequantizeLinear", [q, scale, zero])
+        return self._int8_values[x]
+
+    def _int8_channels(self, name: str, weight: np.ndarray) -> str:
+        """W [out, in] as int8 [in, out] with an f32 scale per output channel; an fp32 value."""
+        q, scale = quantize_int8(weight, group=weight.shape[1])  # one group: the whole row
+        self._tensors.append((name, np.ascontiguousarray(q[:, 0, :].T)))
+        scale_name = self.const(scale.reshape(-1).astype(np.float32), f"{name}_scale")
+        zero = self.const(np.zeros(weight.shape[0], np.int8), f"{name}_zero")
+        return self.op("DequantizeLinear", [name, scale_name, zero], axis=1)
+
     def op(self, op_type: str, inputs: Sequence[str], name: str | None = None, **attrs) -> str:
         """One node with one output; returns the output's name."""
         out = name or self._fresh(op_type.lower())
@@ -153,9 +186,29 @@ class GraphBuilder:
 
     # Layers shared by the encoder and the decoder
 
-    def linear(self, x: str, weight: np.ndarray, bias: np.ndarray | None, prefix: str) -> str:
-        """x [..., in] @ W^T + b -> [..., out]; W [out, in] is stored transposed."""
-        y = self.op("MatMul", [x, self.matrix(f"{prefix}.weight_t", weight.T, channel_axis=1)])
+    def linear(
+        self,
+        x: str,
+        weight: np.ndarray,
+        bias: np.ndarray | None,
+        prefix: str,
+        int8_input: bool = False,
+    ) -> str:
+        """x [..., in] @ W^T + b -> [..., out]; W [out, in] is stored transposed.
+
+        int8_input: the layer may compute in int8 (see `__init__`): with a range for it, x is
+        quantized per tensor (QuantizeLinear -> DequantizeLinear, scale max |x| / 127) and W is
+        int8 with a scale per output channel, the pattern OpenVINO runs as an int8 matrix
+        multiply (VNNI) and ONNX Runtime as its integer MatMul."""
+        if int8_input and self.probe_ranges:
+            reach = self.op("ReduceMax", [self.op("Abs", [x])], keepdims=0)
+            self.output(reach, f"{RANGE_OUTPUT}{prefix}", np.float32, [])
+        if int8_input and self.input_ranges is not None:
+            x = self._int8_round_trip(x, self.input_ranges[prefix])
+            w = self._int8_channels(f"{prefix}.weight_t", weight)
+        else:
+            w = self.matrix(f"{prefix}.weight_t", weight.T, channel_axis=1)
+        y = self.op("MatMul", [x, w])
         if bias is None:
             return y
         return self.op("Add", [y, self.weight(f"{prefix}.bias", bias)])

@@ -247,6 +247,32 @@ def test_local_ct2_folder_fp16_build(tmp_path: Path, tiny_source) -> None:
     np.testing.assert_array_equal(sessions.encode(features)[0], reference.encode(features)[0])
 
 
+ENCODER_INT8_INPUTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+ENCODER_INT8_INPUTS += ("self_attn.out_proj", "fc1")  # not fc2
+CROSS_INT8_INPUTS = ("encoder_attn.k_proj", "encoder_attn.v_proj")
+
+
+def _int8_input_layers(path: Path) -> set[str]:
+    """The linear layers of a graph whose input comes through int8 (QuantizeLinear ->
+    DequantizeLinear, a calibrated positive scale) and whose weight is int8 per channel."""
+    graph = onnx.load(path, load_external_data=False).graph
+    made_by = {out: node for node in graph.node for out in node.output}
+    constants = {t.name: t for t in graph.initializer}  # the scales are stored inline
+    layers = set()
+    for node in graph.node:
+        source = made_by.get(node.input[0])
+        if node.op_type != "MatMul" or source is None or source.op_type != "DequantizeLinear":
+            continue
+        quantize = made_by[source.input[0]]
+        assert quantize.op_type == "QuantizeLinear"
+        scale = onnx.numpy_helper.to_array(constants[quantize.input[1]])
+        assert scale.shape == () and 0 < scale < np.inf
+        weight = made_by[node.input[1]]
+        assert weight.op_type == "DequantizeLinear" and weight.input[0].endswith(".weight_t")
+        layers.add(weight.input[0].removesuffix(".weight_t"))
+    return layers
+
+
 def test_int8_build_is_smaller_and_transcribes_like_fp16(
     tmp_path: Path, tiny_source, tiny_tr: Transcriber
 ) -> None:
@@ -259,6 +285,10 @@ def test_int8_build_is_smaller_and_transcribes_like_fp16(
     assert stored["model.decoder.embed_tokens.weight"] == onnx.TensorProto.INT8
     assert stored["model.decoder.layers.0.fc1.weight_t"] == onnx.TensorProto.INT8
     assert stored["model.decoder.layers.0.fc1.bias"] == onnx.TensorProto.FLOAT16
+    assert _int8_input_layers(summary.folder / "encoder.onnx") == {
+        *(f"model.encoder.layers.{i}.{p}" for i in range(4) for p in ENCODER_INT8_INPUTS),
+        *(f"model.decoder.layers.{i}.{p}" for i in range(4) for p in CROSS_INT8_INPUTS),
+    }
     sessions = WhisperSessions.load(summary.folder, RuntimeOptions(device="CPU", threads=2))
     assert set(sessions.providers.values()) == {OPENVINO}
     int8 = Transcriber(sessions, tiny_tr.tokenizer)
