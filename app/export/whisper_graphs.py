@@ -17,48 +17,31 @@ from app.runtime import contract
 _MASKED = -1e9  # additive bias for a key that may not be attended
 
 
-def _self_attention_qkv(
-    g: GraphBuilder, x: str, w: WhisperWeights, prefix: str, int8_input: bool = False
-) -> list[str]:
+def _self_attention_qkv(g: GraphBuilder, x: str, w: WhisperWeights, prefix: str) -> list[str]:
     """q, k, v [B, H, T, Dh] of one attention block's input x [B, T, D]."""
     dims = w.dims()
-    q = g.linear(
-        x, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"], f"{prefix}.q_proj", int8_input
-    )
-    k = g.linear(x, w[f"{prefix}.k_proj.weight"], None, f"{prefix}.k_proj", int8_input)
-    v = g.linear(
-        x, w[f"{prefix}.v_proj.weight"], w[f"{prefix}.v_proj.bias"], f"{prefix}.v_proj", int8_input
-    )
+    q = g.linear(x, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"], f"{prefix}.q_proj")
+    k = g.linear(x, w[f"{prefix}.k_proj.weight"], None, f"{prefix}.k_proj")
+    v = g.linear(x, w[f"{prefix}.v_proj.weight"], w[f"{prefix}.v_proj.bias"], f"{prefix}.v_proj")
     return [g.split_heads(t, dims.n_heads, dims.head_dim) for t in (q, k, v)]
 
 
-def _attention_out(
-    g: GraphBuilder, heads: str, w: WhisperWeights, prefix: str, int8_input: bool = False
-) -> str:
+def _attention_out(g: GraphBuilder, heads: str, w: WhisperWeights, prefix: str) -> str:
     merged = g.merge_heads(heads, w.dims().d_model)
     return g.linear(
-        merged,
-        w[f"{prefix}.out_proj.weight"],
-        w[f"{prefix}.out_proj.bias"],
-        f"{prefix}.out_proj",
-        int8_input,
+        merged, w[f"{prefix}.out_proj.weight"], w[f"{prefix}.out_proj.bias"], f"{prefix}.out_proj"
     )
 
 
-def _feed_forward(
-    g: GraphBuilder, x: str, w: WhisperWeights, layer: str, int8_input: bool = False
-) -> str:
-    """x + fc2(gelu(fc1(LN(x)))); int8_input applies to fc1 only: fc2's input (after the GELU)
-    has outliers a per-tensor int8 scale loses words over (`benchmarks/results/encoder_int8.md`)."""
+def _feed_forward(g: GraphBuilder, x: str, w: WhisperWeights, layer: str) -> str:
+    """x + fc2(gelu(fc1(LN(x))))."""
     h = g.layer_norm(
         x,
         w[f"{layer}.final_layer_norm.weight"],
         w[f"{layer}.final_layer_norm.bias"],
         f"{layer}.final_layer_norm",
     )
-    h = g.gelu(
-        g.linear(h, w[f"{layer}.fc1.weight"], w[f"{layer}.fc1.bias"], f"{layer}.fc1", int8_input)
-    )
+    h = g.gelu(g.linear(h, w[f"{layer}.fc1.weight"], w[f"{layer}.fc1.bias"], f"{layer}.fc1"))
     h = g.linear(h, w[f"{layer}.fc2.weight"], w[f"{layer}.fc2.bias"], f"{layer}.fc2")
     return g.op("Add", [x, h])
 
@@ -75,9 +58,12 @@ def build_encoder(
 ) -> onnx.ModelProto:
     """input_features [B, n_mels, 3000] -> cross_k_i, cross_v_i [B, H, 1500, Dh] per text layer.
 
-    The layers' q/k/v, out and fc1 projections and the cross K/V projections take int8 inputs
-    when `input_ranges` gives their ranges (fc2 does not: `_feed_forward`); `probe_ranges` adds
-    the outputs a calibration reads them from (`GraphBuilder`)."""
+    The cross K/V projections (input: the encoder's final LayerNorm) take int8 inputs when
+    `input_ranges` gives their ranges; `probe_ranges` adds the outputs a calibration reads them
+    from (`GraphBuilder`). The layers' own projections stay as they are: with q/k/v (and out and
+    fc1) in int8 as well the live path changed a word on jfk ("so my" -> "so am I"), and fc2's
+    input (after the GELU) has outliers one scale per tensor loses words over
+    (`benchmarks/results/encoder_int8.md`)."""
     dims = w.dims()
     g = GraphBuilder("whisper_encoder", weight_format, input_ranges, probe_ranges)
     features = g.input("input_features", np.float32, ["batch", dims.n_mels, contract.N_FRAMES])
@@ -102,10 +88,10 @@ def build_encoder(
     for i in range(dims.n_audio_layer):
         layer = f"model.encoder.layers.{i}"
         h = _pre_norm(g, x, w, f"{layer}.self_attn_layer_norm")
-        q, k, v = _self_attention_qkv(g, h, w, f"{layer}.self_attn", int8_input=True)
+        q, k, v = _self_attention_qkv(g, h, w, f"{layer}.self_attn")
         heads = g.attention(q, k, v, dims.head_dim)
-        x = g.op("Add", [x, _attention_out(g, heads, w, f"{layer}.self_attn", int8_input=True)])
-        x = _feed_forward(g, x, w, layer, int8_input=True)
+        x = g.op("Add", [x, _attention_out(g, heads, w, f"{layer}.self_attn")])
+        x = _feed_forward(g, x, w, layer)
     x = _pre_norm(g, x, w, "model.encoder.layer_norm")  # encoder output [B, 1500, D]
 
     cross_shape = ["batch", dims.n_heads, dims.n_audio_ctx, dims.head_dim]
