@@ -72,9 +72,12 @@ class GraphBuilder:
         input_ranges: Mapping[str, float] | None = None,
         probe_ranges: bool = False,
     ) -> None:
-        """input_ranges: max |input| per linear layer (by prefix) whose input is to be int8
-        (`linear(..., int8_input=True)`); probe_ranges: instead give each such layer's max |input|
-        as an output `range.<prefix>` (the graph a calibration runs to find them)."""
+        """input_ranges: max |input| of the linear layers whose input is to be int8
+        (`linear(..., int8_input=True)`), by the prefix of the first layer that reads each such
+        input; probe_ranges: instead give each such input's max |x| as an output
+        `range.<prefix>` (the graph a calibration runs to find them). Layers that read one value
+        (the cross K/V projections all read the encoder's output) share its range and its int8
+        round trip."""
         self.name = name
         self.weight_format = weight_format
         self.input_ranges = input_ranges
@@ -85,7 +88,7 @@ class GraphBuilder:
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
         self._weights: dict[str, str] = {}
-        self._int8_values: dict[str, str] = {}  # value -> its int8 round trip
+        self._int8_values: dict[str, str] = {}  # value -> its int8 round trip (in a probe: itself)
         self._ids = itertools.count()
 
     def _fresh(self, hint: str) -> str:
@@ -146,13 +149,22 @@ class GraphBuilder:
         self._weights[name] = value
         return value
 
-    def _int8_round_trip(self, x: str, reach: float) -> str:
-        """x through int8 and back, symmetric per tensor: the scale is `reach` / 127."""
+    def _int8_input(self, x: str, prefix: str) -> str:
+        """x as an int8 layer input, made once per value for the first layer (`prefix`) that
+        reads it: in a probe, x itself with its max |x| as an output; else x through int8 and
+        back, symmetric per tensor, the scale its range / 127."""
         if x not in self._int8_values:
-            scale = self.const(np.float32(reach / 127.0 if reach > 0 else 1.0), f"{x}_scale")
-            zero = self.const(np.int8(0), f"{x}_zero")
-            q = self.op("QuantizeLinear", [x, scale, zero])
-            self._int8_values[x] = self.op("DequantizeLinear", [q, scale, zero])
+            if self.probe_ranges:
+                reach = self.op("ReduceMax", [self.op("Abs", [x])], keepdims=0)
+                self.output(reach, f"{RANGE_OUTPUT}{prefix}", np.float32, [])
+                self._int8_values[x] = x
+            else:
+                assert self.input_ranges is not None
+                reach = self.input_ranges[prefix]
+                scale = self.const(np.float32(reach / 127.0 if reach > 0 else 1.0), f"{x}_scale")
+                zero = self.const(np.int8(0), f"{x}_zero")
+                q = self.op("QuantizeLinear", [x, scale, zero])
+                self._int8_values[x] = self.op("DequantizeLinear", [q, scale, zero])
         return self._int8_values[x]
 
     def _int8_channels(self, name: str, weight: np.ndarray) -> str:
@@ -200,11 +212,9 @@ class GraphBuilder:
         quantized per tensor (QuantizeLinear -> DequantizeLinear, scale max |x| / 127) and W is
         int8 with a scale per output channel, the pattern OpenVINO runs as an int8 matrix
         multiply (VNNI) and ONNX Runtime as its integer MatMul."""
-        if int8_input and self.probe_ranges:
-            reach = self.op("ReduceMax", [self.op("Abs", [x])], keepdims=0)
-            self.output(reach, f"{RANGE_OUTPUT}{prefix}", np.float32, [])
+        if int8_input and (self.probe_ranges or self.input_ranges is not None):
+            x = self._int8_input(x, prefix)
         if int8_input and self.input_ranges is not None:
-            x = self._int8_round_trip(x, self.input_ranges[prefix])
             w = self._int8_channels(f"{prefix}.weight_t", weight)
         else:
             w = self.matrix(f"{prefix}.weight_t", weight.T, channel_axis=1)

@@ -48,12 +48,22 @@ def test_a_probe_graph_gives_each_int8_input_its_largest_magnitude(tmp_path: Pat
     g = GraphBuilder("probe", INT8, probe_ranges=True)
     value = g.input("x", np.float32, [ROWS, IN])
     hidden = g.linear(value, weight[:, :IN], None, "fc", int8_input=True)
+    g.linear(value, weight, None, "twin", int8_input=True)  # the same input: one range
     g.output(g.linear(hidden, weight[:, :OUT], bias, "plain"), "y", np.float32, [ROWS, OUT])
     onnx.save(g.model(), tmp_path / "probe.onnx")
     graph = open_graph(tmp_path / "probe.onnx", "openvino", "CPU", 1)
     assert [n for n in graph.output_names if n.startswith(RANGE_OUTPUT)] == ["range.fc"]
     (reach,) = graph.run(["range.fc"], {"x": x})
     assert reach.shape == () and reach == pytest.approx(np.abs(x).max(), rel=1e-6)
+
+
+def test_layers_reading_one_input_share_its_int8_round_trip(tmp_path: Path) -> None:
+    _, weight, _ = _weights()
+    g = GraphBuilder("shared", INT8, input_ranges={"first": 2.0})  # no range for "second"
+    value = g.input("x", np.float32, [ROWS, IN])
+    for name in ("first", "second"):
+        g.output(g.linear(value, weight, None, name, int8_input=True), name, np.float32, [])
+    assert [n.op_type for n in g.model().graph.node].count("QuantizeLinear") == 1
 
 
 @pytest.mark.parametrize("ep", ["openvino", "cpu"])
