@@ -3,7 +3,7 @@ the service's defaults (VAD filter on) and with the VAD filter off, alternating 
 
 The no-speech skip and the repetition guard cost nothing measurable (a comparison per window and
 a loop check per step) and are on in both; the quiet-input lift runs in both. So the difference
-is the VAD pass (Silero over the whole upload in parallel lanes) against what it saves (the
+is the VAD pass (Silero over the whole upload, `app.engine.vad_sequence`) against what it saves (the
 non-speech it cuts need not be encoded or decoded).
 
     .venv/bin/python benchmarks/defences_cost.py [--models tiny.en,base] [--beams 1,5] [--runs 5]

@@ -28,15 +28,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from app.engine.audio import is_narrowband, resample
-from app.engine.vad_lanes import lane_probs
+from app.engine.vad_sequence import SequenceGraphError, SequencePass
 from app.runtime.contract import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
@@ -139,9 +139,10 @@ def block_gains(chunks: np.ndarray) -> np.ndarray:
 class SileroVad:
     """The loaded Silero VAD graph; one instance serves any number of streams and threads."""
 
-    def __init__(self, session: ort.InferenceSession, path: Path) -> None:
+    def __init__(self, session: ort.InferenceSession, path: Path, sequence: SequencePass) -> None:
         self.session = session
         self.path = path
+        self.sequence = sequence
         self._rates = {r: np.array(r, dtype=np.int64) for r in (SAMPLE_RATE, NARROW_RATE)}
         names_in = {i.name for i in session.get_inputs()}
         names_out = [o.name for o in session.get_outputs()]
@@ -153,7 +154,9 @@ class SileroVad:
 
     @classmethod
     def load(cls, path: Path | str) -> SileroVad:
-        """Load `silero_vad.onnx` on the CPU provider with one thread (it is tiny)."""
+        """Load `silero_vad.onnx` on the CPU provider: the graph itself with one thread (it is
+        tiny; streams call it chunk by chunk) and its sequence graphs for whole clips
+        (`app.engine.vad_sequence`)."""
         path = Path(path)
         if not path.is_file():
             raise VadModelError(
@@ -169,9 +172,12 @@ class SileroVad:
             session = ort.InferenceSession(
                 str(path), sess_options=opts, providers=["CPUExecutionProvider"]
             )
+            sequence = SequencePass(onnx.load(str(path)), NARROW_RATE)
+        except SequenceGraphError as e:
+            raise VadModelError(f"{path} is not a Silero VAD v5/v6 graph: {e}") from e
         except Exception as e:  # onnxruntime raises its own exception types
             raise VadModelError(f"could not load the VAD model {path}: {e}") from e
-        vad = cls(session, path)
+        vad = cls(session, path, sequence)
         log.info("VAD model %s loaded in %.1f ms", path.name, 1e3 * (time.perf_counter() - t0))
         return vad
 
@@ -200,11 +206,12 @@ class SileroVad:
         """Speech probability of every 512-sample chunk of f32 [N] audio -> f32 [ceil(N / 512)]
         (the last chunk zero-padded).
 
-        Quiet audio is lifted block by block (`block_gains`) and the clip runs as parallel
-        lanes (`app.engine.vad_lanes`). Narrowband audio (a telephone line: nothing above
-        4.2 kHz) goes through the model's 8 kHz branch, at 8 kHz: at 16 kHz Silero rates such
-        speech 0.04 (median; 0.97 at 8 kHz) and drops it, while every non-speech clip of the
-        robustness corpus stays below 0.55 either way. With `follow`, chunk after chunk at
+        Quiet audio is lifted block by block (`block_gains`) and the clip runs through the
+        sequence graph (`app.engine.vad_sequence`: the chunk-by-chunk probabilities).
+        Narrowband audio (a telephone line: nothing above 4.2 kHz) goes through the model's
+        8 kHz branch, at 8 kHz: at 16 kHz Silero rates such speech 0.04 (median; 0.97 at
+        8 kHz) and drops it, while every non-speech clip of the robustness corpus stays below
+        0.55 either way. With `follow`, chunk after chunk at
         16 kHz with the gain a stream gets (what `VadStream` sees, for comparisons).
         """
         audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
@@ -213,16 +220,14 @@ class SileroVad:
         padded[: audio.shape[0]] = audio
         chunks = padded.reshape(n, CHUNK_SAMPLES)
         if not follow:
-            step, context = self.run, CONTEXT_SAMPLES
+            rate, context = SAMPLE_RATE, CONTEXT_SAMPLES
             if is_narrowband(audio):
                 narrow = resample(padded, SAMPLE_RATE, NARROW_RATE)
                 chunks = np.zeros((n, CHUNK_SAMPLES // 2), np.float32)  # the same 32 ms chunks
                 chunks.reshape(-1)[: narrow.shape[0]] = narrow[: chunks.size]
-                step, context = partial(self.run, rate=NARROW_RATE), CONTEXT_SAMPLES // 2
-            return lane_probs(
-                step, chunks * block_gains(chunks)[:, None], context=context,
-                state_width=STATE_SHAPE[2],
-            )  # fmt: skip
+                rate, context = NARROW_RATE, CONTEXT_SAMPLES // 2
+            gained = chunks * block_gains(chunks)[:, None]
+            return self.sequence.probs(gained, context, rate)
         state = VadState()
         return np.array([self.chunk_prob(c, state) for c in chunks], np.float32)
 

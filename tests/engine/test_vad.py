@@ -5,8 +5,12 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import onnx
 import pytest
+from onnx import helper as oh
 
+from app.engine import vad_sequence
+from app.engine.audio import resample
 from app.engine.vad import (
     CHUNK_SAMPLES,
     SileroVad,
@@ -16,7 +20,6 @@ from app.engine.vad import (
     VadStream,
     block_gains,
 )
-from app.engine.vad_lanes import LANE_CHUNKS, WARMUP_CHUNKS
 from app.engine.vad_spans import (
     collect_speech,
     restore_time,
@@ -174,51 +177,90 @@ def test_options_are_checked() -> None:
         VadOptions(min_silence_s=-1)
 
 
-def _counting(vad: SileroVad, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Make `vad` record the rows of every model call it makes (a list, appended to)."""
-    calls: list[int] = []
-    run = vad.run
-
-    def counted(x: np.ndarray, state: np.ndarray, rate: int = 16000):
-        calls.append(x.shape[0])
-        return run(x, state, rate)
-
-    monkeypatch.setattr(vad, "run", counted)
-    return calls
-
-
-def test_a_clip_shorter_than_a_lane_is_one_sequential_pass(
-    vad: SileroVad, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A short clip (a voice command) costs one model call per 32 ms chunk, no warm-up and no
-    padding to a whole lane, and gives the sequential pass's probabilities."""
-    audio = clip("1089-134686-0000.flac")[: 3 * 16000]  # full band: the 16 kHz branch
-    n = -(-audio.shape[0] // CHUNK_SAMPLES)
-    chunks = np.zeros((n, CHUNK_SAMPLES), np.float32)
-    chunks.reshape(-1)[: audio.shape[0]] = audio
-    chunks *= block_gains(chunks)[:, None]
-    state, tail, expected = np.zeros((2, 1, 128), np.float32), np.zeros((1, 64), np.float32), []
+def _chunk_by_chunk(vad: SileroVad, chunks: np.ndarray, rate: int) -> np.ndarray:
+    """The reference: one model call per chunk, the state and the context carried along."""
+    context = 64 * rate // 16000
+    state, tail, probs = np.zeros((2, 1, 128), np.float32), np.zeros((1, context)), []
     for chunk in chunks:
-        x = np.concatenate([tail, chunk[None]], axis=1)
-        prob, state = vad.run(x, state)
-        expected.append(prob[0])
-        tail = x[:, -64:]
-    calls = _counting(vad, monkeypatch)
+        x = np.concatenate([tail, chunk[None]], axis=1).astype(np.float32)
+        prob, state = vad.run(x, state, rate)
+        probs.append(prob[0])
+        tail = x[:, -context:]
+    return np.array(probs, np.float32)
+
+
+def _gained_chunks(audio: np.ndarray, size: int) -> np.ndarray:
+    n = -(-audio.shape[0] // size)
+    chunks = np.zeros((n, size), np.float32)
+    chunks.reshape(-1)[: audio.shape[0]] = audio
+    return chunks * block_gains(chunks)[:, None]
+
+
+def test_a_whole_clip_gives_the_chunk_by_chunk_probabilities(vad: SileroVad) -> None:
+    """The sequence graph (all chunks per call, the LSTM over the sequence) is the recurrent
+    pass itself, not an approximation of it: 60 s of speech, chunk for chunk."""
+    audio = clip(EARNINGS)
+    expected = _chunk_by_chunk(vad, _gained_chunks(audio, CHUNK_SAMPLES), 16000)
     probs = vad.probs(audio)
-    assert len(calls) == n
-    np.testing.assert_array_equal(probs, np.array(expected, np.float32))
+    assert probs.shape == expected.shape
+    np.testing.assert_allclose(probs, expected, atol=1e-5)
+    assert 0.2 < float(np.mean(probs > 0.5)) < 0.98  # speech and pauses both present
 
 
-def test_lanes_run_only_where_they_hold_audio(
+def test_the_narrowband_branch_gives_the_chunk_by_chunk_probabilities(vad: SileroVad) -> None:
+    """Telephone audio runs the graph's 8 kHz branch (256-sample chunks, 32 of context)."""
+    audio = telephone(clip(JFK))
+    n = -(-audio.shape[0] // CHUNK_SAMPLES)
+    padded = np.zeros(n * CHUNK_SAMPLES, np.float32)
+    padded[: audio.shape[0]] = audio
+    chunks = resample(padded, 16000, 8000).reshape(n, CHUNK_SAMPLES // 2)
+    expected = _chunk_by_chunk(vad, chunks * block_gains(chunks)[:, None], 8000)
+    np.testing.assert_allclose(vad.probs(audio), expected, atol=1e-5)
+
+
+def test_blocks_of_a_long_clip_carry_the_state(
     vad: SileroVad, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """25 s = three lanes in two threads: the first lane alone (no warm-up), the second and
-    third as one batch for as long as the second (full) lane runs."""
-    audio = np.tile(clip("1089-134686-0000.flac"), 3)[: 25 * 16000]
-    n = -(-audio.shape[0] // CHUNK_SAMPLES)
-    assert -(-n // LANE_CHUNKS) == 3
-    calls = _counting(vad, monkeypatch)
-    vad.probs(audio)
-    assert sorted(calls).count(1) == LANE_CHUNKS  # the first lane, from its first chunk
-    assert calls.count(2) == WARMUP_CHUNKS + LANE_CHUNKS  # lanes 2 and 3 together
-    assert len(calls) == LANE_CHUNKS + WARMUP_CHUNKS + LANE_CHUNKS
+    """A clip longer than a block runs as several graph calls; the LSTM state and the context
+    samples go from one to the next, so the probabilities do not change at the seams."""
+    audio = clip(EARNINGS)[: 20 * 16000]
+    whole = vad.probs(audio)
+    runs = []
+    session = vad.sequence.sessions[16000]
+    real_run = session.run
+
+    class Counted:
+        def run(self, names, feeds):
+            runs.append(feeds["x"].shape[0])
+            return real_run(names, feeds)
+
+    monkeypatch.setattr(vad_sequence, "BLOCK_CHUNKS", 100)
+    monkeypatch.setitem(vad.sequence.sessions, 16000, Counted())
+    blocked = vad.probs(audio)
+    assert runs == [100] * 6 + [25]
+    np.testing.assert_allclose(blocked, whole, atol=1e-6)
+
+
+def test_a_graph_that_is_not_silero_is_rejected(tmp_path) -> None:
+    """A graph with Silero's inputs but not its layers: a clear error at load, not a VAD that
+    answers wrongly."""
+    nodes = [
+        oh.make_node("ReduceMean", ["input"], ["m"], axes=[1]),
+        oh.make_node("Identity", ["state"], ["stateN"]),
+        oh.make_node("Identity", ["m"], ["output"]),
+        oh.make_node("Identity", ["sr"], ["sr_out"]),
+    ]
+    f32, i64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+    graph = oh.make_graph(
+        nodes, "not_silero",
+        [oh.make_tensor_value_info("input", f32, ["b", "n"]),
+         oh.make_tensor_value_info("state", f32, [2, "b", 128]),
+         oh.make_tensor_value_info("sr", i64, [])],
+        [oh.make_tensor_value_info("output", f32, ["b", 1]),
+         oh.make_tensor_value_info("stateN", f32, [2, "b", 128]),
+         oh.make_tensor_value_info("sr_out", i64, [])],
+    )  # fmt: skip
+    path = tmp_path / "silero_vad.onnx"
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8), path)
+    with pytest.raises(VadModelError, match="not a Silero VAD"):
+        SileroVad.load(path)
