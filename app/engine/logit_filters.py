@@ -44,14 +44,6 @@ def logsumexp_rows(logits: np.ndarray) -> np.ndarray:
         return top[:, 0].astype(np.float64) + np.log(total)
 
 
-def logsumexp(x: np.ndarray) -> float:
-    """log(sum(exp(x))) of a 1-D array; -inf when every entry is -inf."""
-    top = float(np.max(x)) if x.size else NEG_INF
-    if not np.isfinite(top):
-        return top
-    return top + float(np.log(np.sum(np.exp(x - top))))
-
-
 class LogitFilter(ABC):
     @abstractmethod
     def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
@@ -126,26 +118,24 @@ class ApplyTimestampRules(LogitFilter):
         ts_begin = self.timestamp_begin
         logits[:, self.no_timestamps] = NEG_INF
 
-        for k in range(tokens.shape[0]):
-            sampled = tokens[k, self.sample_begin :]
-            seq = sampled.tolist()
-            last_was_timestamp = len(seq) >= 1 and seq[-1] >= ts_begin
-            penultimate_was_timestamp = len(seq) < 2 or seq[-2] >= ts_begin
-            if last_was_timestamp:
-                if penultimate_was_timestamp:  # a pair was just closed: text must follow
-                    logits[k, ts_begin:] = NEG_INF
-                else:  # a lone timestamp: another timestamp or EOT, no text
-                    logits[k, : self.eot] = NEG_INF
-
-            timestamps = sampled[sampled >= ts_begin]
-            if timestamps.size > 0:
-                # never go back in time; after text, the closing timestamp may equal the last one,
-                # otherwise it must be later (non-zero segment length, no infinite loop)
-                if last_was_timestamp and not penultimate_was_timestamp:
-                    timestamp_last = int(timestamps[-1])
-                else:
-                    timestamp_last = int(timestamps[-1]) + 1
-                logits[k, ts_begin:timestamp_last] = NEG_INF
+        sampled = tokens[:, self.sample_begin :]  # [B, S]
+        rows, length = sampled.shape
+        is_ts = sampled >= ts_begin
+        last_was_timestamp = is_ts[:, -1] if length >= 1 else np.zeros(rows, bool)
+        penultimate_was_timestamp = is_ts[:, -2] if length >= 2 else np.ones(rows, bool)
+        lone = last_was_timestamp & ~penultimate_was_timestamp
+        # a pair was just closed: text must follow; a lone timestamp: a timestamp or EOT
+        logits[last_was_timestamp & penultimate_was_timestamp, ts_begin:] = NEG_INF
+        logits[lone, : self.eot] = NEG_INF
+        if length:
+            # never go back in time; after text, the closing timestamp may equal the last one,
+            # otherwise it must be later (non-zero segment length, no infinite loop)
+            has_ts = is_ts.any(axis=1)
+            last_index = length - 1 - np.argmax(is_ts[:, ::-1], axis=1)
+            latest = sampled[np.arange(rows), last_index] - ts_begin  # [B], valid where has_ts
+            first_allowed = np.where(has_ts, latest + np.where(lone, 0, 1), 0)
+            earlier = np.arange(logits.shape[1] - ts_begin) < first_allowed[:, None]
+            logits[:, ts_begin:][earlier] = NEG_INF
 
         if tokens.shape[1] == self.sample_begin:
             # the first sampled token is a timestamp, no later than max_initial_timestamp
@@ -156,11 +146,9 @@ class ApplyTimestampRules(LogitFilter):
 
         # if the timestamps together are likelier than any text token, sample a timestamp
         # (compared on logits: log-softmax subtracts the same normaliser from both sides)
-        for k in range(tokens.shape[0]):
-            timestamp_logprob = logsumexp(logits[k, ts_begin:])
-            max_text_token_logprob = float(np.max(logits[k, :ts_begin]))
-            if timestamp_logprob > max_text_token_logprob:
-                logits[k, :ts_begin] = NEG_INF
+        timestamp_logprob = logsumexp_rows(logits[:, ts_begin:])
+        max_text_token_logprob = np.max(logits[:, :ts_begin], axis=-1)
+        logits[timestamp_logprob > max_text_token_logprob, :ts_begin] = NEG_INF
 
 
 class RepetitionGuard(LogitFilter):

@@ -12,7 +12,7 @@ from app.engine.logit_filters import (
     SuppressTokens,
     find_loop,
     log_softmax,
-    logsumexp,
+    logsumexp_rows,
 )
 
 # a toy vocabulary laid out like Whisper's: text < EOT < specials < NO_TS < timestamps
@@ -52,8 +52,8 @@ def test_log_softmax_handles_minus_inf():
     assert out[0, 1] == -np.inf
     np.testing.assert_allclose(np.exp(out[0]).sum(), 1.0, rtol=1e-6)
     np.testing.assert_allclose(np.exp(out[0, 2]), 0.75, rtol=1e-6)
-    assert logsumexp(np.array([-np.inf, -np.inf])) == -np.inf
-    np.testing.assert_allclose(logsumexp(np.log(np.array([1.0, 2.0, 3.0]))), np.log(6.0))
+    rows = np.array([[-np.inf, -np.inf], np.log([1.0, 2.0])], np.float32)
+    np.testing.assert_allclose(logsumexp_rows(rows), [-np.inf, np.log(3.0)], rtol=1e-6)
 
 
 def test_suppress_blank_only_at_the_first_sampled_position():
@@ -126,6 +126,18 @@ def test_timestamp_is_forced_when_all_timestamps_beat_every_text_token():
     assert 4 in allowed(logits)
 
 
+def test_timestamp_forcing_is_decided_per_row():
+    """Row 0's timestamps together beat its best text token, row 1's do not: only row 0 is
+    forced to a timestamp."""
+    logits = flat(-10.0, rows=2)
+    logits[:, 4] = 0.0
+    logits[0, TS + 10 : TS + 14] = -0.5
+    logits[1, TS + 10] = -0.5
+    rules().apply(logits, np.vstack([seq(TS, 4, 5), seq(TS, 4, 5)]))
+    assert allowed(logits, 0) <= set(range(TS, V))
+    assert 4 in allowed(logits, 1)
+
+
 def test_rules_apply_per_row():
     tokens = np.vstack([seq(TS, 4, 4, TS + 3), seq(TS, 4, TS + 3, TS + 3)])
     logits = flat(rows=2)
@@ -161,3 +173,53 @@ def test_repetition_guard_forces_eot_and_ignores_timestamps():
     guard.apply(logits, tokens)
     assert allowed(logits, 0) == {EOT}
     assert allowed(logits, 1) == set(range(V))
+
+
+def _reference_rules(logits: np.ndarray, tokens: np.ndarray, max_initial: int | None) -> None:
+    """openai/whisper's ApplyTimestampRules, row by row, as the oracle of the array version."""
+    logits[:, NO_TS] = -np.inf
+    for k in range(tokens.shape[0]):
+        sampled = tokens[k, BEGIN:]
+        seq_k = sampled.tolist()
+        last = len(seq_k) >= 1 and seq_k[-1] >= TS
+        penultimate = len(seq_k) < 2 or seq_k[-2] >= TS
+        if last:
+            if penultimate:
+                logits[k, TS:] = -np.inf
+            else:
+                logits[k, :EOT] = -np.inf
+        timestamps = sampled[sampled >= TS]
+        if timestamps.size > 0:
+            end = int(timestamps[-1]) if last and not penultimate else int(timestamps[-1]) + 1
+            logits[k, TS:end] = -np.inf
+    if tokens.shape[1] == BEGIN:
+        logits[:, :TS] = -np.inf
+        if max_initial is not None:
+            logits[:, TS + max_initial + 1 :] = -np.inf
+    for k in range(tokens.shape[0]):
+        ts = logits[k, TS:]
+        top = ts.max()
+        total = top + np.log(np.exp(ts - top).sum()) if np.isfinite(top) else top
+        if total > logits[k, :TS].max():
+            logits[k, :TS] = -np.inf
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rules_match_the_row_by_row_reference(seed: int) -> None:
+    """Random rows of text and timestamps (any lengths, pairs, lone ones, none): the array
+    version allows exactly what openai/whisper's row loop allows."""
+    rng = np.random.default_rng(seed)
+    length = int(rng.integers(0, 8))
+    rows = []
+    for _ in range(6):
+        tokens = np.where(
+            rng.random(length) < 0.4, rng.integers(TS, V, length), rng.integers(0, EOT, length)
+        )
+        rows.append([SOT, 22, *tokens.tolist()])
+    tokens = np.asarray(rows, np.int64)
+    logits = rng.normal(0, 2, (6, V)).astype(np.float32)
+    logits[:, TS:] += rng.normal(0, 2, (6, 1)).astype(np.float32)  # some rows favour timestamps
+    expected = logits.copy()
+    _reference_rules(expected, tokens, 5)
+    rules(5).apply(logits, tokens)
+    np.testing.assert_array_equal(np.isfinite(logits), np.isfinite(expected))
