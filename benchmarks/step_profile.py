@@ -81,6 +81,8 @@ def step_inputs(model, rows: int, past: int, shared: bool) -> dict[str, np.ndarr
             feed[name] = np.full((rows, 1), past, np.int64)
         elif name == "attention_mask":
             feed[name] = np.ones((rows, past + 1), np.int64)
+        elif name == "logits_at":
+            feed[name] = np.zeros(1, np.int64)
         elif name.startswith("past_"):
             heads, head_dim = shape[1].get_length(), shape[3].get_length()
             feed[name] = rng.standard_normal((rows, heads, past, head_dim), np.float32)

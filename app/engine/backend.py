@@ -40,8 +40,10 @@ class WhisperBackend(Protocol):
         attention_mask: np.ndarray,
         past: list[np.ndarray],
         cross: list[np.ndarray],
+        logits_at: np.ndarray | None = None,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """One decoder call -> logits f32 [B, T, V] and the new self K/V [B, H, T, Dh]."""
+        """One decoder call -> logits f32 [B, K, V] at the new positions `logits_at` i64 [K]
+        (None: all T) and the new self K/V [B, H, T, Dh]."""
         ...
 
     def align(

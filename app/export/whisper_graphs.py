@@ -232,13 +232,23 @@ def _decoder_layers(
     return x, g.op("Concat", [queries[head] for head in alignment_heads], axis=1)
 
 
-def _logits(g: GraphBuilder, x: str, embed: str, input_ids: str, dims: contract.Dims) -> str:
-    """logits [B, T, V] = x @ embed^T, via Gemm(transB) on [B*T, D] so the embedding is stored
-    once."""
-    flat = g.op("Reshape", [x, g.const(np.array([-1, dims.d_model], np.int64))])
-    logits = g.op("Gemm", [flat, embed], transB=1)  # [B*T, V]
-    batch_and_new = g.op("Shape", [input_ids])
-    out_shape = g.op("Concat", [batch_and_new, g.const(np.array([dims.n_vocab], np.int64))], axis=0)
+def _logits(
+    g: GraphBuilder, x: str, embed: str, input_ids: str, logits_at: str, dims: contract.Dims
+) -> str:
+    """logits [B, K, V] = x[:, logits_at] @ embed^T at the K positions `logits_at` of the T new
+    ones (a prompt's prefill needs one or two of its positions: the projection onto the
+    vocabulary is most of a prefill's work), via Gemm(transB) on [B*K, D] so the embedding is
+    stored once."""
+    picked = g.op("Gather", [x, logits_at], axis=1)  # [B, K, D]
+    flat = g.op("Reshape", [picked, g.const(np.array([-1, dims.d_model], np.int64))])
+    logits = g.op("Gemm", [flat, embed], transB=1)  # [B*K, V]
+    batch = g.op("Slice", [g.op("Shape", [input_ids]), g.const(np.array([0], np.int64)),
+                           g.const(np.array([1], np.int64))])  # fmt: skip
+    out_shape = g.op(
+        "Concat",
+        [batch, g.op("Shape", [logits_at]), g.const(np.array([dims.n_vocab], np.int64))],
+        axis=0,
+    )
     return g.op("Reshape", [logits, out_shape])
 
 
@@ -264,6 +274,7 @@ def build_decoder(
     input_ids = g.input("input_ids", np.int64, ["batch", "new"])
     position_ids = g.input("position_ids", np.int64, ["batch", "new"])
     attention_mask = g.input("attention_mask", np.int64, ["batch", "total"])
+    logits_at = g.input(contract.LOGITS_AT, np.int64, ["picked"])
     past_shape = ["batch", dims.n_heads, "past", dims.head_dim]
     past = {
         name: g.input(name, np.float32, past_shape)
@@ -273,8 +284,8 @@ def build_decoder(
     x, embed = _embed(g, w, input_ids, position_ids)
     bias = _mask_bias(g, input_ids, attention_mask)
     x, queries = _decoder_layers(g, w, x, bias, cross, past, alignment_heads)
-    logits = _logits(g, x, embed, input_ids, dims)
-    g.output(logits, "logits", np.float32, ["batch", "new", dims.n_vocab])
+    logits = _logits(g, x, embed, input_ids, logits_at, dims)
+    g.output(logits, "logits", np.float32, ["batch", "picked", dims.n_vocab])
     query_shape = ["batch", len(alignment_heads), "new", dims.head_dim]
     g.output(queries, "alignment_queries", np.float32, query_shape)
     return g.model()

@@ -11,7 +11,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-CONTRACT_VERSION = 3  # 2: aligner.onnx; 3: no aligner.onnx, the decoder's alignment_queries
+# 2: aligner.onnx; 3: no aligner.onnx, the decoder's alignment_queries; 4: the decoder's
+# logits only at the positions `logits_at` names
+CONTRACT_VERSION = 4
 MODEL_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "manifest.json")
 
 N_SAMPLES_PER_WINDOW = 480_000  # 30 s at 16 kHz
@@ -19,6 +21,7 @@ N_FRAMES = 3000  # mel frames per 30 s window (hop 160)
 SAMPLE_RATE = 16_000
 TIME_PRECISION = 0.02  # seconds per timestamp token and per encoder frame (30 s / 1500)
 ALIGNMENT_QUERIES = "alignment_queries"  # the decoder's output for word timing
+LOGITS_AT = "logits_at"  # the decoder's input: which new positions get logits
 
 
 def missing_files(folder: Path) -> list[str]:
@@ -55,18 +58,21 @@ def past_names(n_layers: int) -> list[str]:
 
 
 def decoder_input_names(n_layers: int) -> list[str]:
-    """input_ids, position_ids [B, T]; attention_mask [B, P+T]; past [B, H, P, Dh]; cross."""
+    """input_ids, position_ids [B, T]; attention_mask [B, P+T]; logits_at [K] (indices into the
+    T new positions); past [B, H, P, Dh]; cross."""
     return [
         "input_ids",
         "position_ids",
         "attention_mask",
+        LOGITS_AT,
         *past_names(n_layers),
         *encoder_output_names(n_layers),
     ]
 
 
 def decoder_step_output_names(n_layers: int) -> list[str]:
-    """logits [B, T, V]; `new_k_{i}`, `new_v_{i}` [B, H, T, Dh] for the T new positions only."""
+    """logits [B, K, V] at the `logits_at` positions; `new_k_{i}`, `new_v_{i}` [B, H, T, Dh] for
+    the T new positions only."""
     return ["logits", *(f"new_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v"))]
 
 

@@ -334,13 +334,16 @@ class WhisperSessions:
         attention_mask: np.ndarray,
         past: list[np.ndarray],
         cross: list[np.ndarray],
+        logits_at: np.ndarray | None = None,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One decoder call (shapes in contract.decoder_input_names; K/V of `kv_dtype`); returns
-        logits f32, new K/V of `kv_dtype`."""
+        logits f32 [B, K, V] at the new positions `logits_at` i64 [K] (None: all T of them),
+        new K/V of `kv_dtype`."""
         feed = {
             "input_ids": input_ids,
             "position_ids": position_ids,
             "attention_mask": attention_mask,
+            contract.LOGITS_AT: every_position(input_ids) if logits_at is None else logits_at,
         }
         feed.update(zip(self._past_names, past, strict=True))
         feed.update(zip(self._cross_names, cross, strict=True))
@@ -360,6 +363,7 @@ class WhisperSessions:
             "input_ids": input_ids,
             "position_ids": np.ascontiguousarray(positions),
             "attention_mask": np.ones((batch, n_tokens), np.int64),
+            contract.LOGITS_AT: every_position(input_ids),
         }
         feed.update(zip(self._past_names, self.empty_past(batch), strict=True))
         feed.update(zip(self._cross_names, cross, strict=True))
@@ -376,3 +380,8 @@ class WhisperSessions:
         dims = self.manifest.dims
         shape = (batch, dims.n_heads, 0, dims.head_dim)
         return [np.zeros(shape, self.kv_dtype) for _ in self._past_names]
+
+
+def every_position(input_ids: np.ndarray) -> np.ndarray:
+    """`logits_at` for logits at all T new positions of input_ids [B, T]."""
+    return np.arange(input_ids.shape[1], dtype=np.int64)

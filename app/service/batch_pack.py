@@ -23,13 +23,15 @@ from app.service.cross_slab import CrossKV
 class DecoderInputs:
     """One decoder call's inputs (shapes as `WhisperSessions.decode`): input_ids and
     position_ids int64 [R, T], attention_mask int64 [R, P + T], past f32 [R, H, P, Dh] per
-    layer and kind, cross f32 [1 or R, H, 1500, Dh] per layer and kind."""
+    layer and kind, cross f32 [1 or R, H, 1500, Dh] per layer and kind, logits_at int64 [K]
+    (None: logits at all T new positions)."""
 
     input_ids: np.ndarray
     position_ids: np.ndarray
     attention_mask: np.ndarray
     past: list[np.ndarray]
     cross: list[np.ndarray]
+    logits_at: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -43,9 +45,18 @@ class DecoderInputs:
     def past_len(self) -> int:
         return int(self.past[0].shape[2])
 
+    @property
+    def shape_key(self) -> tuple[int, tuple[int, ...] | None]:
+        """Calls with the same key can share one decoder call: the same T and `logits_at`."""
+        at = None if self.logits_at is None else tuple(int(i) for i in self.logits_at)
+        return self.new_tokens, at
+
     def args(self) -> tuple:
         """The positional arguments of `WhisperSessions.decode`."""
-        return self.input_ids, self.position_ids, self.attention_mask, self.past, self.cross
+        return (
+            self.input_ids, self.position_ids, self.attention_mask, self.past, self.cross,
+            self.logits_at,
+        )  # fmt: skip
 
 
 @dataclass(eq=False)

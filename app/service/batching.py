@@ -14,7 +14,7 @@ encoder lane) are the only ones that run the model. The decoder lane loops:
    padding; each group is ONE decoder call: past self K/V left-padded to the group's longest,
    `attention_mask` zero over the padding, and each caller gets its rows back (the inputs are
    assembled in arrays the lane keeps while its steps keep their shape);
-3. calls that feed several tokens (prompt chunks of `PREFILL_CHUNK`, the reference `none`
+3. calls that feed several tokens (a prompt's prefill, the reference `none`
    cache) are batched the same way with calls of the same length;
    `lanes` > 1 decoder-lane threads take turns: while one lane's call runs, the sequences it is
    not serving do their Python part of the step (logit filters, search) and gather in another
@@ -173,9 +173,10 @@ class BatchingSessions:
         attention_mask: np.ndarray,
         past: list[np.ndarray],
         cross: list[np.ndarray],
+        logits_at: np.ndarray | None = None,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One decoder call of one caller (shapes as `WhisperSessions.decode`), served in the
-        next step together with every other caller's."""
+        next step together with every other caller's with the same T and `logits_at`."""
         rows = input_ids.shape[0]
         p = past[0].shape[2]
         if attention_mask.shape != (rows, p + input_ids.shape[1]):
@@ -183,7 +184,7 @@ class BatchingSessions:
                 f"attention_mask must be [{rows}, {p + input_ids.shape[1]}], "
                 f"got {list(attention_mask.shape)}"
             )
-        inputs = DecoderInputs(input_ids, position_ids, attention_mask, past, cross)
+        inputs = DecoderInputs(input_ids, position_ids, attention_mask, past, cross, logits_at)
         call = DecodeCall.of(threading.get_ident(), inputs)
         with self._cond:
             self._check_open()
@@ -273,8 +274,9 @@ class BatchingSessions:
             self._cond.wait(remaining)
 
     def _serve(self, calls: list[DecodeCall], stacked: dict, scratch: InputScratch) -> None:
-        """One decoder-lane iteration: calls with the same number of new tokens T are batched
-        (T = 1: the steps; T = PREFILL_CHUNK: prompt chunks), each T on its own.
+        """One decoder-lane iteration: calls with the same number of new tokens T and the same
+        `logits_at` are batched (T = 1: the steps; T > 1: prompts' prefills), each such
+        shape on its own.
         stacked: this lane's stacked cross K/V, by group membership; scratch: its input arrays."""
         with self._cond:
             served = {c.caller for c in calls}
@@ -284,8 +286,9 @@ class BatchingSessions:
         if self._slab is not None:
             self._slab.compact()
         live_keys: set[tuple] = set()
-        for new_tokens in sorted({c.new_tokens for c in calls}):
-            same_t = [c for c in calls if c.new_tokens == new_tokens]
+        for shape in sorted({c.inputs.shape_key for c in calls}, key=repr):
+            same_t = [c for c in calls if c.inputs.shape_key == shape]
+            new_tokens = shape[0]
             slotted, others = [], []
             for call in same_t:
                 in_slot = call.rows == 1 and self._in_slab(call.cross)
@@ -329,7 +332,7 @@ class BatchingSessions:
         self._record(StepRecord(call.kind, call.rows, 1, 0.0, waited, seconds))
 
     def _decode_group(self, layout: Layout, cross: list[np.ndarray], scratch: InputScratch) -> None:
-        """One decoder call for the calls of `layout` (all with the same number of new tokens T);
+        """One decoder call for the calls of `layout` (all with the same T and `logits_at`);
         `cross` has layout.rows rows; the inputs are assembled in `scratch`'s arrays."""
         if len(layout.calls) == 1 and layout.rows == layout.calls[0].rows:
             self._decode_alone(layout.calls[0])
@@ -355,7 +358,8 @@ class BatchingSessions:
                 for dst, src in zip(past, call.inputs.past, strict=True):
                     dst[rows_of, :, :pad] = 0
                     dst[rows_of, :, pad:] = src
-            logits, new = self.inner.decode(input_ids, position_ids, mask, past, cross)
+            logits_at = layout.calls[0].inputs.logits_at
+            logits, new = self.inner.decode(input_ids, position_ids, mask, past, cross, logits_at)
         except Exception:
             log.exception("batched decoder call failed; its %d calls run alone", len(layout.calls))
             for call in layout.calls:

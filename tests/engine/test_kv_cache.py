@@ -10,7 +10,6 @@ from app.engine.decoding import PrefixMemo, decode
 from app.engine.decoding_types import DecodingOptions
 from app.engine.kv_cache import (
     GROWTH_CHUNK,
-    PREFILL_CHUNK,
     ConcatCache,
     StaticCache,
     make_cache,
@@ -131,24 +130,24 @@ def test_static_and_concat_logits_agree_step_by_step(tiny_exact, tiny_tok):
     assert concat.length == static.length == len(seq)
 
 
-def test_long_prefix_is_fed_in_chunks_with_the_same_logits(tiny_exact, tiny_tok):
-    """A prompt longer than PREFILL_CHUNK goes in several calls; logits at any requested
-    position (in the first chunk, across a chunk edge, the last) equal the no-cache reference."""
+def test_long_prefix_is_fed_in_one_call_with_the_same_logits(tiny_exact, tiny_tok):
+    """A 100-token prompt goes in one call that computes logits only at the positions asked
+    for; they equal the no-cache reference's (which computes every position) wherever they are,
+    and the cache then goes on one token at a time."""
     cross = window_cross(tiny_exact, clip(JFK))
     prompt = tiny_tok.encode(" We are gathered to review the results for the year." * 8)[:100]
     seq = [tiny_tok.sot_prev, *prompt, tiny_tok.sot, tiny_tok.no_timestamps]
-    assert len(seq) > 2 * PREFILL_CHUNK
     tokens = np.array([seq], np.int64)
-    positions = (5, PREFILL_CHUNK - 1, PREFILL_CHUNK, len(seq) - 2, -1)
-    chunked = ConcatCache(tiny_exact, cross)
-    got = chunked.forward(tokens, positions=positions)
+    positions = (0, 5, 64, len(seq) - 2, -1)
+    cache = ConcatCache(tiny_exact, cross)
+    got = cache.forward(tokens, positions=positions)
     reference = make_cache("none", tiny_exact, cross).forward(tokens, positions=positions)
+    assert got.shape == (1, len(positions), tiny_exact.manifest.dims.n_vocab)
     np.testing.assert_allclose(got, reference, atol=2e-3)
-    assert chunked.calls == -(-len(seq) // PREFILL_CHUNK) and chunked.length == len(seq)
-    # the cache then continues one token at a time as before
+    assert cache.calls == 1 and cache.length == len(seq)
     step = np.concatenate([tokens, [[tiny_tok.encode(" And")[0]]]], axis=1)
     np.testing.assert_allclose(
-        chunked.forward(step), make_cache("none", tiny_exact, cross).forward(step), atol=2e-3
+        cache.forward(step), make_cache("none", tiny_exact, cross).forward(step), atol=2e-3
     )
 
 

@@ -117,10 +117,11 @@ def test_contract_mismatch_is_reported() -> None:
 def test_a_folder_of_an_older_contract_is_refused_with_a_rebuild_hint(
     tiny_en_dir: Path, tmp_path: Path
 ) -> None:
-    """A folder built before the decoder gave the alignment queries (contract 2: aligner.onnx)."""
+    """A folder built before the decoder took `logits_at` (contract 3: logits at every new
+    position)."""
     manifest = json.loads((tiny_en_dir / "manifest.json").read_text())
-    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "contract_version": 2}))
-    with pytest.raises(ContractError, match="version 2, this code reads version 3; rebuild"):
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "contract_version": 3}))
+    with pytest.raises(ContractError, match="version 3, this code reads version 4; rebuild"):
         WhisperSessions.load(tmp_path)
 
 

@@ -52,6 +52,7 @@ def step_feed(folder, cross: dict[str, np.ndarray], rows: int = 1, past: int = 3
         "input_ids": np.full((rows, 1), 440, np.int64),
         "position_ids": np.full((rows, 1), past, np.int64),
         "attention_mask": np.ones((rows, past + 1), np.int64),
+        contract.LOGITS_AT: np.zeros(1, np.int64),
     }
     for name in contract.past_names(dims.n_text_layer):
         shape = (rows, dims.n_heads, past, dims.head_dim)
