@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -88,7 +89,10 @@ class OpenVINOGraph:
     """A graph compiled by OpenVINO for one device, with an infer request per calling thread.
 
     A call's inputs are bound as tensors over the caller's arrays (no copy); outputs are copied
-    out (the request reuses their memory) or written into the caller's arrays (`run_into`)."""
+    out (the request reuses their memory) or written into the caller's arrays (`run_into`). An
+    input given as the very array object of the request's last call (a window's cross K/V, a
+    cache's buffers, a batching lane's kept inputs) stays bound: a tensor is made and set only
+    for a new array (`_InputBinding`)."""
 
     provider = OPENVINO
 
@@ -120,11 +124,11 @@ class OpenVINOGraph:
     def _compile(self, model: ov.Model) -> ov.CompiledModel:
         return openvino_core().compile_model(model, self._device, self._properties)
 
-    def _request(self, feed: Mapping[str, np.ndarray]) -> ov.InferRequest:
+    def _request(self, feed: Mapping[str, np.ndarray]) -> tuple[ov.InferRequest, _InputBinding]:
         key = tuple((name, a.shape) for name, a in feed.items()) if self._static else ()
         requests = self._local.__dict__.setdefault("requests", {})
-        request = requests.get(key)
-        if request is None:
+        found = requests.get(key)
+        if found is None:
             with self._lock:
                 compiled = self._compiled.get(key)
                 if compiled is None:
@@ -132,14 +136,15 @@ class OpenVINOGraph:
                     model = self._model.clone()
                     model.reshape({name: ov.PartialShape(list(shape)) for name, shape in key})
                     compiled = self._compiled[key] = self._compile(model)
-            request = requests[key] = compiled.create_infer_request()
-        return request
+            request = compiled.create_infer_request()
+            found = requests[key] = (request, _InputBinding(request))
+        return found
 
     def run(self, output_names, feed, run_options=None) -> list[np.ndarray]:
         """`run_options` is accepted for ONNX Runtime's signature and ignored."""
         self._check(feed)
-        request = self._request(feed)
-        held = _bind(request, feed)
+        request, inputs = self._request(feed)
+        held = inputs.bind(feed)
         request.infer()
         del held
         return [_copy(request.get_tensor(name)) for name in output_names]
@@ -150,8 +155,8 @@ class OpenVINOGraph:
                 np.copyto(out, value)
             return
         self._check(feed)
-        request = self._request(feed)
-        held = _bind(request, {**feed, **outputs})
+        request, inputs = self._request(feed)
+        held = [*inputs.bind(feed), *_bind(request, outputs)]
         try:
             request.infer()
         finally:  # a later `run` on this request must not write into the caller's arrays
@@ -165,11 +170,37 @@ class OpenVINOGraph:
             raise ValueError(f"expected {sorted(self._inputs)}, got {sorted(feed)}")
 
 
+class _InputBinding:
+    """What an infer request's inputs are bound to: per input, a weak reference to the caller's
+    array whose memory its tensor is over (none when the tensor is over a copy). A call that
+    gives the same, still living, array object again needs no new tensor (~10 us a tensor);
+    the reference is weak, so an array the caller dropped is not kept alive by the request,
+    and a new array is never taken for it (a dead reference matches nothing)."""
+
+    def __init__(self, request: ov.InferRequest) -> None:
+        self._request = request
+        self._bound: dict[str, weakref.ref] = {}
+
+    def bind(self, arrays: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Bind every input (`_bind` for the new ones); returns the arrays the caller keeps alive
+        while the request runs."""
+        held = []
+        for name, array in arrays.items():
+            known = self._bound.get(name)
+            if known is not None and known() is array:
+                continue
+            self._bound.pop(name, None)
+            (bound,) = _bind(self._request, {name: array})
+            if np.may_share_memory(bound, array):  # over the caller's memory, not a copy
+                self._bound[name] = weakref.ref(array)
+            held.append(bound)
+        return held
+
+
 def _bind(request: ov.InferRequest, arrays: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """Bind tensors over the arrays' memory (a copy only of one that is not contiguous or is
     read-only); returns the arrays bound, which the caller keeps alive while the request runs (a
-    tensor does not hold its array). Inputs stay bound after a call but are never read again:
-    every call binds all of them anew."""
+    tensor does not hold its array)."""
     bound = []
     for name, array in arrays.items():
         array = np.ascontiguousarray(array)

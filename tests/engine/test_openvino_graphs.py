@@ -3,6 +3,7 @@ static-shape devices, inputs shared, outputs into the caller's arrays, many thre
 
 from __future__ import annotations
 
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -149,6 +150,39 @@ def test_inputs_are_shared_and_outputs_written_in_place_only_when_asked(folder, 
     encoder.run(names, {"input_features": features * 0.5})  # same thread, same request
     for name in names:  # the slots were let go of: the next call wrote elsewhere
         np.testing.assert_array_equal(slots[name], kept[name])
+
+
+def test_an_input_given_again_as_the_same_array_stays_bound(
+    folder, cross, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same array objects again (a window's cross K/V, a cache's buffers) are not bound
+    anew, and their in-place changes are still read; a new array, even with another's values,
+    is bound; an array the caller dropped is not kept alive by the request."""
+    decoder = OpenVINOGraph(folder / "decoder.onnx", "CPU", PROPERTIES)
+    bound: list[str] = []
+    real_bind = graphs._bind
+
+    def counted(request, arrays):
+        bound.extend(arrays)
+        return real_bind(request, arrays)
+
+    monkeypatch.setattr(graphs, "_bind", counted)
+    feed = step_feed(folder, cross)
+    (first,) = decoder.run(["logits"], feed)
+    assert sorted(bound) == sorted(feed)
+    bound.clear()
+    (again,) = decoder.run(["logits"], feed)
+    assert bound == [] and np.array_equal(first, again)
+    feed["past_k_0"] *= 2  # changed in place: read at the next call without a new binding
+    (changed,) = decoder.run(["logits"], feed)
+    assert bound == [] and not np.array_equal(first, changed)
+    feed["past_k_0"] = feed["past_k_0"] / 2  # a new array with the first call's values
+    (back,) = decoder.run(["logits"], feed)
+    assert bound == ["past_k_0"]
+    np.testing.assert_allclose(back, first, atol=1e-5)
+    dropped = weakref.ref(feed["past_v_0"])
+    feed["past_v_0"] = feed["past_v_0"].copy()
+    assert dropped() is None  # the request held no reference to it
 
 
 def test_threads_share_a_graph(folder, cross) -> None:
