@@ -1,5 +1,5 @@
-"""Decoding of one 30 s window: language detection and the step loop (options and result:
-`decoding_types`).
+"""Decoding of one 30 s window: the step loop (options and result: `decoding_types`; the
+language: `language_detection`).
 
 Shaped after openai/whisper's `decoding.py`: a frozen `DecodingOptions` validated once, and a loop
 built from small pieces — the K/V cache strategy (`kv_cache`), logit filters (`logit_filters`),
@@ -11,7 +11,9 @@ a token selector and a sequence ranker (`search`).
     loop: filters -> select -> on_token -> cache.forward(new tokens)   until EOT / sample_len / ctx
 
 Cross K/V (one window, batch 1) are passed in and never copied. The prefilled prefix can be kept
-in a `PrefixMemo` so the transcriber's temperature-fallback attempts on the same window reuse it.
+in a `PrefixMemo` so the transcriber's temperature-fallback attempts on the same window reuse it;
+sampling attempts can also run as the rows of one decode (`DecodingTask.run_together`: each
+group of rows samples from its own generator, so each gives what it gives alone).
 
 Streaming (`on_token`): for greedy decoding every accepted token is reported as it is chosen. With
 several rows (beam search, best_of sampling) a token is reported once it is *stable*: the common
@@ -40,6 +42,7 @@ from app.engine.decoding_types import (
     compression_ratio,
 )
 from app.engine.kv_cache import KVCache, make_cache
+from app.engine.language_detection import detect_language
 from app.engine.logit_filters import (
     ApplyTimestampRules,
     LogitFilter,
@@ -52,6 +55,7 @@ from app.engine.logit_filters import (
 from app.engine.search import (
     BeamSearchDecoder,
     GreedyDecoder,
+    GroupedSampler,
     MaximumLikelihoodRanker,
     TokenDecoder,
     common_prefix_length,
@@ -90,31 +94,6 @@ class PrefixMemo:
     def clear(self) -> None:
         self._prefills.clear()
         self.language = None
-
-
-def detect_language(
-    sessions: WhisperBackend,
-    cross: list[np.ndarray],
-    tokenizer: Tokenizer,
-    kv_cache: str = "concat",
-    candidates: Sequence[str] = (),
-) -> LanguageDetection:
-    """Language of one window from the decoder's logits after `<|startoftranscript|>` alone,
-    restricted to the language tokens (one decoder call, T = 1); with `candidates` (language
-    codes), to theirs: the most probable of them, probabilities over them. English-only: "en"."""
-    if not tokenizer.multilingual:
-        return LanguageDetection("en", 1.0, {"en": 1.0})
-    codes = tuple(dict.fromkeys(candidates)) or tokenizer.language_codes
-    ids = np.asarray([tokenizer.language_token(code) for code in codes], dtype=np.intp)
-    cache = make_cache(kv_cache, sessions, cross, 1)
-    logits = cache.forward(np.array([[tokenizer.sot]], np.int64))[0, -1]  # [V]
-    lang_logits = logits[ids].astype(np.float64)
-    probs = np.exp(lang_logits - lang_logits.max())
-    probs /= probs.sum()
-    order = np.argsort(-probs, kind="stable")
-    probabilities = {codes[i]: float(probs[i]) for i in order}
-    best = codes[int(order[0])]
-    return LanguageDetection(best, float(probs[order[0]]), probabilities)
 
 
 class DecodingTask:
@@ -274,12 +253,35 @@ class DecodingTask:
         on_token: Callable[[int], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> DecodingResult:
+        return self._run((self,), on_token, cancel)[0]
+
+    def run_together(
+        self, others: Sequence[DecodingTask], cancel: threading.Event | None = None
+    ) -> list[DecodingResult]:
+        """This sampling decode and `others'` (the same window and initial tokens; their own
+        temperatures and generators) as the rows of one decode: each task's result is the one
+        it gives alone, for the cost of one decode of all their rows (nothing streams)."""
+        tasks = (self, *others)
+        for task in tasks:
+            if task.options.beam_size is not None or task.options.temperature == 0:
+                raise ValueError("only sampling decodes (temperature > 0) run together")
+            if task.initial_tokens != self.initial_tokens or task.memo is not self.memo:
+                raise ValueError("decodes run together share their initial tokens and memo")
+        return self._run(tasks, None, cancel)
+
+    def _run(
+        self,
+        tasks: Sequence[DecodingTask],
+        on_token: Callable[[int], None] | None,
+        cancel: threading.Event | None,
+    ) -> list[DecodingResult]:
         opts, tok = self.options, self.tokenizer
         if cancel is not None and cancel.is_set():
             raise DecodingCancelled("decoding was cancelled")
         prefill, reused = self._prefill()
         started = time.perf_counter()
-        n = opts.n_group
+        sizes = [task.options.n_group for task in tasks]
+        n = sum(sizes)
         cache = prefill.cache.fork(n)
         tokens = np.tile(np.asarray(self.initial_tokens, dtype=np.int64), (n, 1))  # [n, L]
         logits = np.tile(prefill.last_logits, (n, 1))  # [n, V]
@@ -288,8 +290,15 @@ class DecodingTask:
         decoder: TokenDecoder
         if opts.beam_size is not None:
             decoder = BeamSearchDecoder(opts.beam_size, tok.eot, cache, opts.patience or 1.0)
-        else:
+        elif len(tasks) == 1:
             decoder = GreedyDecoder(opts.temperature, tok.eot, self.rng)
+        else:
+            decoder = GroupedSampler(
+                [
+                    (GreedyDecoder(t.options.temperature, tok.eot, t.rng), k)
+                    for t, k in zip(tasks, sizes, strict=True)
+                ]
+            )
 
         reported = self.sample_begin  # tokens[:, :reported] went to on_token already
         peak_nbytes = cache.nbytes
@@ -310,6 +319,41 @@ class DecodingTask:
             peak_nbytes = max(peak_nbytes, cache.nbytes)
 
         candidates, scores, ended = decoder.finalize(tokens, sum_logprobs)
+        stats = DecodeStats(
+            prefill_s=0.0 if reused else prefill.seconds,
+            decoder_s=cache.decoder_s,
+            wall_s=time.perf_counter() - started,
+            steps=steps,
+            calls=cache.calls,
+            prefill_reused=reused,
+            cache_nbytes=peak_nbytes,
+            handed_nbytes=cache.handed_nbytes,
+        )
+        if len(tasks) == 1:
+            return [self._result(candidates, scores, ended, stats, on_token, reported)]
+        results, first = [], 0
+        for i, (task, k) in enumerate(zip(tasks, sizes, strict=True)):
+            rows = slice(first, first + k)
+            first += k
+            # the shared decode's costs are counted once, with the first result
+            results.append(
+                task._result(candidates[rows], scores[rows], ended[rows], stats if i == 0 else None)
+            )
+        return results
+
+    def _result(
+        self,
+        candidates: list[list[int]],
+        scores: list[float],
+        ended: list[bool],
+        stats: DecodeStats | None,
+        on_token: Callable[[int], None] | None = None,
+        reported: int = 0,
+    ) -> DecodingResult:
+        """The ranked best of this decode's candidates (whole rows ending in EOT), as a result;
+        the rest of its tokens to on_token (those after `reported`)."""
+        tok, opts = self.tokenizer, self.options
+        prefill, _ = self._prefill()
         sampled = []
         for seq in candidates:
             body = seq[self.sample_begin :]
@@ -322,18 +366,6 @@ class DecodingTask:
                 on_token(t)
         sum_logprob = float(scores[best])
         text = tok.decode(chosen).strip()
-        truncated = not ended[best]
-        looped = bool(opts.repetition_guard and self._guard().is_looping(chosen))
-        stats = DecodeStats(
-            prefill_s=0.0 if reused else prefill.seconds,
-            decoder_s=cache.decoder_s,
-            wall_s=time.perf_counter() - started,
-            steps=steps,
-            calls=cache.calls,
-            prefill_reused=reused,
-            cache_nbytes=peak_nbytes,
-            handed_nbytes=cache.handed_nbytes,
-        )
         return DecodingResult(
             tokens=chosen,
             text=text,
@@ -344,8 +376,8 @@ class DecodingTask:
             compression_ratio=compression_ratio(text),
             language=self.language,
             language_probs=self.language_probs,
-            truncated=truncated,
-            looped=looped,
+            truncated=not ended[best],
+            looped=bool(opts.repetition_guard and self._guard().is_looping(chosen)),
             stats=stats,
         )
 

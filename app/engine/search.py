@@ -6,6 +6,7 @@ Ported from openai/whisper's decoding.py for one audio window: a group of `n` ro
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,6 +116,44 @@ class GreedyDecoder(TokenDecoder):
         ended = [bool(row[-1] == self.eot) for row in tokens]
         rows = [[*row.tolist(), self.eot] for row in tokens]
         return rows, [float(x) for x in sum_logprobs], ended
+
+    def pending(self) -> list[Sequence[int]]:
+        return []
+
+
+class GroupedSampler(TokenDecoder):
+    """Several sampling decoders side by side, each on its own consecutive rows (the fallback
+    attempts of one window, each at its temperature, decoded as one batch). Each group draws
+    from its own generator, so its rows get the tokens it gives decoding alone; it is done when
+    every group is."""
+
+    def __init__(self, groups: Sequence[tuple[GreedyDecoder, int]]):
+        self.decoders = [decoder for decoder, _ in groups]
+        bounds = np.cumsum([0, *(rows for _, rows in groups)])
+        self.slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+
+    def update(
+        self, tokens: np.ndarray, logits: np.ndarray, sum_logprobs: np.ndarray
+    ) -> tuple[np.ndarray, bool]:
+        parts, done = [], True
+        for decoder, rows in zip(self.decoders, self.slices, strict=True):
+            part, completed = decoder.update(tokens[rows], logits[rows], sum_logprobs[rows])
+            parts.append(part)
+            done = done and completed
+        return np.concatenate(parts, axis=0), done
+
+    def finalize(
+        self, tokens: np.ndarray, sum_logprobs: np.ndarray
+    ) -> tuple[list[list[int]], list[float], list[bool]]:
+        candidates: list[list[int]] = []
+        scores: list[float] = []
+        ended: list[bool] = []
+        for decoder, rows in zip(self.decoders, self.slices, strict=True):
+            c, s, e = decoder.finalize(tokens[rows], sum_logprobs[rows])
+            candidates += c
+            scores += s
+            ended += e
+        return candidates, scores, ended
 
     def pending(self) -> list[Sequence[int]]:
         return []

@@ -36,8 +36,9 @@ import numpy as np
 
 from app.engine.audio import lift_quiet
 from app.engine.backend import WhisperBackend
-from app.engine.decoding import DecodingTask, PrefixMemo, detect_language
+from app.engine.decoding import DecodingTask, PrefixMemo
 from app.engine.decoding_types import DecodingCancelled, DecodingResult
+from app.engine.language_detection import detect_language
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad
@@ -225,30 +226,41 @@ class Transcriber:
     ) -> DecodedWindow:
         """Decode the window of `cross` (its cross K/V; `audio_s` seconds of audio) by `plan`,
         as openai/whisper's `decode_with_fallback`: its attempts in order until the rule accepts
-        one, else the rule's best; one `PrefixMemo` for all. on_token gets every attempt's
-        tokens; on_attempt(streams) is called before each (`WindowPlan.streams`). Raises
-        TranscriptionCancelled once `cancel` is set."""
+        one, else the rule's best; one `PrefixMemo` for all; the attempts of one of the plan's
+        batches as one decode, each sampling from its own generator (spawned from `rng`).
+        on_token gets the tokens of every attempt decoded alone; on_attempt(streams) is called
+        before each decode (`WindowPlan.streams`). Raises TranscriptionCancelled once `cancel`
+        is set."""
         memo = PrefixMemo()
         results: list[DecodingResult] = []
-        for attempt, options in enumerate(plan.attempts):
-            task = DecodingTask(self.sessions, cross, self.tokenizer, options, memo=memo, rng=rng)
+        for batch in plan.batches():
+            tasks = [
+                DecodingTask(
+                    self.sessions, cross, self.tokenizer, plan.attempts[i], memo=memo,
+                    rng=None if rng is None else rng.spawn(1)[0],
+                )
+                for i in batch
+            ]  # fmt: skip
             if on_attempt is not None:
-                on_attempt(plan.streams(attempt, task.no_speech_prob()))
+                on_attempt(plan.streams(batch[0], tasks[0].no_speech_prob()))
             try:
-                result = task.run(on_token, cancel)
+                if len(tasks) == 1:
+                    tried = [tasks[0].run(on_token, cancel)]
+                else:
+                    tried = tasks[0].run_together(tasks[1:], cancel)
             except DecodingCancelled as e:
                 raise TranscriptionCancelled(str(e)) from e
-            results.append(result)
-            log.debug(
-                "T=%.1f: %d tokens, avg logprob %.2f, compression %.2f, no-speech %.2f%s",
-                options.temperature, len(result.tokens), result.avg_logprob,
-                result.compression_ratio, result.no_speech_prob,
-                ", looped" if result.looped else "",
-            )  # fmt: skip
-            if not plan.rule.retry(result):
-                break
-        else:
-            result = plan.rule.best(results)
+            for result in tried:
+                results.append(result)
+                log.debug(
+                    "T=%.1f: %d tokens, avg logprob %.2f, compression %.2f, no-speech %.2f%s",
+                    result.temperature, len(result.tokens), result.avg_logprob,
+                    result.compression_ratio, result.no_speech_prob,
+                    ", looped" if result.looped else "",
+                )  # fmt: skip
+                if not plan.rule.retry(result):
+                    return DecodedWindow(result, plan.verdict(result, audio_s), tuple(results))
+        result = plan.rule.best(results)
         return DecodedWindow(result, plan.verdict(result, audio_s), tuple(results))
 
     def segment_words(

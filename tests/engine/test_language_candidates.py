@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.decoding import detect_language
+from app.engine.language_detection import detect_language
 from tests.engine.conftest import JFK, clip, window_cross
 
 

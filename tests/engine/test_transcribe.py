@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from app.engine.decoding import detect_language
+from app.engine.language_detection import detect_language
 from app.service.text_stream import TextStream
 from app.service.transcriber import (
     Transcriber,

@@ -3,10 +3,13 @@ is decoded again at the next temperature, and the stream is told which attempt i
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from app.engine.mel import HOP_LENGTH
-from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.engine.decoding import DecodingTask, PrefixMemo
+from app.engine.decoding_types import DecodingOptions
+from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
+from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.options import TranscriptionOptions
 from app.service.transcriber import Transcriber
 from app.service.window_decode import file_plan
@@ -18,6 +21,13 @@ def jfk_cross(tiny_tr: Transcriber) -> list:
     audio = clip(JFK)  # 11 s: one window, as the file path cuts it
     mel = tiny_tr.log_mel(audio, padding=N_SAMPLES_PER_WINDOW)
     return tiny_tr.encode(mel[:, : audio.shape[0] // HOP_LENGTH])
+
+
+@pytest.fixture(scope="module")
+def jfk_exact_cross(tiny_exact) -> list:
+    audio = clip(JFK)
+    mel = log_mel_spectrogram(audio, 80, padding=N_SAMPLES_PER_WINDOW)
+    return tiny_exact.encode(mel[None, :, :N_FRAMES])
 
 
 def decode(tr: Transcriber, cross: list, **options) -> tuple:
@@ -45,3 +55,46 @@ def test_a_rejected_attempt_is_decoded_again_at_the_next_temperature(
     assert streams == [True, False]  # the retry's text is held until the window is accepted
     best = max(decoded.attempts, key=lambda r: r.avg_logprob)  # neither is repetitive
     assert decoded.result is best and decoded.verdict == "speech"
+
+
+def test_fallback_attempts_after_the_second_run_as_one_decode(
+    tiny_tr: Transcriber, jfk_cross: list
+) -> None:
+    """Every attempt rejected (log-prob threshold 0): T = 0 and 0.2 alone, then 0.4 ... 1.0 as
+    the rows of one decode; all six results are there, in order, and the best stands."""
+    temperatures = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    decoded, streams = decode(tiny_tr, jfk_cross, temperature=temperatures, log_prob_threshold=0.0)
+    assert [r.temperature for r in decoded.attempts] == list(temperatures)
+    assert streams == [True, False, False]  # three decodes; only the first may stream
+    steps = [r.stats.steps if r.stats else None for r in decoded.attempts]
+    assert None not in steps[:3] and steps[3:] == [None, None, None]  # counted once
+    best = max(decoded.attempts, key=lambda r: r.avg_logprob)
+    assert decoded.result is best
+
+
+def test_attempts_decoded_together_give_what_each_gives_alone(
+    tiny_exact, tiny_tok, jfk_exact_cross: list
+) -> None:
+    """Sampling at four temperatures as one 20-row decode equals four decodes of 5 rows, each
+    with the same generator: the same tokens, log-probs and text per attempt."""
+    temperatures = (0.4, 0.6, 0.8, 1.0)
+
+    def tasks(memo: PrefixMemo) -> list[DecodingTask]:
+        return [
+            DecodingTask(
+                tiny_exact, jfk_exact_cross, tiny_tok,
+                DecodingOptions(language="en", temperature=t, best_of=5),
+                memo=memo, rng=np.random.default_rng(seed),
+            )
+            for seed, t in enumerate(temperatures)
+        ]  # fmt: skip
+
+    alone = [task.run() for task in tasks(PrefixMemo())]
+    first, *others = tasks(PrefixMemo())
+    together = first.run_together(others)
+    assert [r.temperature for r in together] == list(temperatures)
+    for a, b in zip(alone, together, strict=True):
+        assert a.tokens == b.tokens and a.text == b.text
+        assert a.sum_logprob == pytest.approx(b.sum_logprob, abs=1e-3)
+    assert len({r.text for r in together}) > 1  # the temperatures really differ
+    assert together[0].stats is not None and together[0].stats.calls > 0

@@ -37,6 +37,24 @@ def test_a_file_window_tries_every_temperature_of_its_options() -> None:
     assert {(a.language, a.prompt, a.prefix) for a in plan.attempts} == {("de", (7,), "Hi")}
 
 
+@pytest.mark.parametrize(
+    ("temperatures", "batches"),
+    [
+        ((0.0, 0.2, 0.4, 0.6, 0.8, 1.0), ((0,), (1,), (2, 3, 4, 5))),  # the default schedule
+        ((0.0,), ((0,),)),
+        ((0.0, 0.5), ((0,), (1,))),
+        ((0.0, 0.5, 1.0), ((0,), (1,), (2,))),  # one attempt left: alone
+        ((0.2, 0.4, 0.6), ((0,), (1,), (2,))),
+        ((0.3, 0.6, 0.9, 1.0), ((0,), (1,), (2, 3))),
+    ],
+)
+def test_the_attempts_after_the_second_run_as_one_decode(
+    temperatures: tuple[float, ...], batches: tuple[tuple[int, ...], ...]
+) -> None:
+    plan = file_plan(TranscriptionOptions(temperature=temperatures), "en", (), None)
+    assert plan.batches() == batches
+
+
 def test_a_file_window_may_be_judged_silent_and_keeps_a_loop() -> None:
     assert FILE.verdict(SILENT, 30.0) == "silent"
     assert FILE.verdict(result(0.9, -0.5), 30.0) == "speech"  # confident: speech
