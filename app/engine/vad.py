@@ -169,10 +169,11 @@ class SileroVad:
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
         try:
+            data = path.read_bytes()
             session = ort.InferenceSession(
-                str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+                data, sess_options=opts, providers=["CPUExecutionProvider"]
             )
-            sequence = SequencePass(onnx.load(str(path)), NARROW_RATE)
+            sequence = SequencePass(onnx.load_from_string(data), NARROW_RATE)
         except SequenceGraphError as e:
             raise VadModelError(f"{path} is not a Silero VAD v5/v6 graph: {e}") from e
         except Exception as e:  # onnxruntime raises its own exception types
@@ -211,8 +212,8 @@ class SileroVad:
         Narrowband audio (a telephone line: nothing above 4.2 kHz) goes through the model's
         8 kHz branch, at 8 kHz: at 16 kHz Silero rates such speech 0.04 (median; 0.97 at
         8 kHz) and drops it, while every non-speech clip of the robustness corpus stays below
-        0.55 either way. With `follow`, chunk after chunk at
-        16 kHz with the gain a stream gets (what `VadStream` sees, for comparisons).
+        0.55 either way. With `follow`, chunk after chunk at 16 kHz with the gain a stream gets
+        (what `VadStream` sees, for comparisons).
         """
         audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
         n = -(-audio.shape[0] // CHUNK_SAMPLES)

@@ -74,6 +74,7 @@ class _SequenceBuilder:
             raise SequenceGraphError(f"expected 6 Conv nodes, found {len(self.convs)}")
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
+        self.frame_pad = self.const("frame_pad", np.array([0, 1, 0, 0, 1, 0]))  # a frame a side
 
     def weight(self, suffix: str) -> np.ndarray:
         found = [a for k, a in self.consts.items() if k.endswith("__" + suffix)]
@@ -99,7 +100,6 @@ class _SequenceBuilder:
 
     def model(self) -> onnx.ModelProto:
         h = self._spectrum("x")
-        self.frame_pad = self.const("frame_pad", np.array([0, 1, 0, 0, 1, 0]))
         for i, conv in enumerate(self.convs[1:5]):
             h = self._conv3(h, conv, i)
         y = self._lstm(self.node("Reshape", [h, self.const("seq", np.array([-1, 1, HIDDEN]))], "s"))
@@ -165,7 +165,7 @@ class _SequenceBuilder:
         if _ints(conv, "kernel_shape") != [3] or _ints(conv, "pads") != [1, 1]:
             raise SequenceGraphError("unexpected encoder convolution")
         w = self.weight(f"encoder.{i}.reparam_conv.weight")  # [C_out, C_in, 3]
-        framed = self.node("Pad", [h, self.frame_pad], f"e{i}_pad")  # a zero frame on each side
+        framed = self.node("Pad", [h, self.frame_pad], f"e{i}_pad")
         taps = [
             self.slice(framed, f"e{i}_tap{k}", k, _END if k == 2 else k - 2, 1, stride)
             for k in range(3)

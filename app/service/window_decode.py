@@ -8,9 +8,10 @@ temperatures) until the `FallbackRule` accepts one; when it accepts none, it pic
 them. The attempts share one `PrefixMemo`, so the prompt is prefilled once per window. Once two
 attempts have failed, the remaining ones (T = 0.4 ... 1.0 by default) run as the rows of one
 decode (`WindowPlan.batches`): a window that got that far mostly fails them all (a sentence said
-three times over, a loop), and four sampling decodes of 5 rows cost ~2.3x one of 20 rows
-(tiny.en: 4 x 6.3 ms against ~11 ms a step). Each attempt samples with its own generator, so its
-result is the one it gives alone, and the first accepted one still stands.
+three times over, a loop), and a step's cost grows far slower than its rows (tiny.en, decoder
+call + Python: 5 rows 6.3 ms, 15 rows 11.2 ms; the 10 min benchmark clip 23.1 -> 20.4 s with the
+same text). Each attempt samples with its own generator, so its result is the one it gives
+alone, and the first accepted one still stands.
 
 - A file window (`file_plan`): the options' temperature schedule; may be judged silent; a looped
   result, when it is the best the attempts gave, is still text. Its streamed text cannot be taken
