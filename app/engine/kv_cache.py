@@ -208,8 +208,7 @@ class _SlotCache(KVCache):
 
     def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
         n, absolute, out = self._start_forward(tokens, positions)
-        # a long prefix goes in chunks: the graph returns logits for every new position
-        # ([B, T, V], 0.2 MB per position), and OpenVINO keeps buffers for the largest T it saw
+        # in calls of at most tokens_per_call new positions (a concat cache: one call)
         for chunk_start in range(self.length, n, self.tokens_per_call):
             chunk_end = min(n, chunk_start + self.tokens_per_call)
             t = chunk_end - chunk_start
@@ -228,6 +227,9 @@ class _SlotCache(KVCache):
             for buf, k in zip(self.buffers, new, strict=True):
                 buf[:, :, chunk_start:chunk_end] = k
             self.length = chunk_end
+            if len(covered) == len(absolute):  # this call gave them all, in order (a step)
+                out = logits
+                continue
             for j, i in enumerate(covered):
                 out[:, i] = logits[:, j]
         return out

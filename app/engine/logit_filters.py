@@ -168,6 +168,8 @@ class RepetitionGuard(LogitFilter):
         min_repeats: int = 3,
         min_span: int = 32,
     ) -> None:
+        if min(max_period, min_repeats) < 1:
+            raise ValueError("a loop needs max_period >= 1 and min_repeats >= 1")
         self.eot = eot
         self.timestamp_begin = timestamp_begin
         self.sample_begin = sample_begin
@@ -180,6 +182,8 @@ class RepetitionGuard(LogitFilter):
         )
 
     def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        if tokens.shape[1] - self.sample_begin < self.min_span:
+            return  # a loop spans at least min_span text tokens
         for k in range(tokens.shape[0]):
             row = tokens[k, self.sample_begin :]
             if row.size and row[-1] == self.eot:
@@ -190,24 +194,29 @@ class RepetitionGuard(LogitFilter):
 
     def is_looping(self, sampled: np.ndarray | Sequence[int]) -> bool:
         """True when the text tokens of `sampled` end in a repetition loop."""
-        ts = self.timestamp_begin
-        tail = np.asarray(sampled)[-3 * self.max_span :].tolist()  # timestamps come in between
-        text = [t for t in tail if t < ts]
+        tail = np.asarray(sampled)[-3 * self.max_span :]  # timestamps come in between
+        text = tail[tail < self.timestamp_begin]
         return find_loop(text, self.max_period, self.min_repeats, self.min_span) is not None
 
 
 def find_loop(
     text: np.ndarray | Sequence[int], max_period: int, min_repeats: int, min_span: int
 ) -> tuple[int, int] | None:
-    """(period, repeats) of a loop at the end of `text` (1-D ints), or None."""
-    seq = text.tolist() if isinstance(text, np.ndarray) else list(text)
+    """(period, repeats) of a loop at the end of `text` (1-D ints), or None (the shortest
+    period that loops; min_repeats >= 1)."""
+    seq = np.asarray(text)
     n = len(seq)
-    for period in range(1, max_period + 1):
+    if n == 0:
+        return None
+    # a loop of period p ends with seq[-1] == seq[-1 - p]: only those periods are checked
+    back = seq[-2::-1][:max_period]  # seq[-1 - p] for p = 1, 2, ...
+    periods = (np.flatnonzero(back == seq[-1]) + 1).tolist()
+    if min_repeats <= 1 and max(1, min_span) <= max_period:
+        periods = sorted({*periods, max(1, min_span)})  # one repeat: nothing to compare
+    for period in periods:
         need = max(min_repeats, -(-min_span // period))  # ceil(min_span / period)
         span = need * period
-        if span > n:
-            continue
-        # the last `span` tokens repeat with this period; most sequences fail at once
-        if all(seq[n - 1 - i] == seq[n - 1 - i - period] for i in range(span - period)):
+        # the last `span` tokens repeat with this period
+        if span <= n and np.array_equal(seq[n - span + period :], seq[n - span : n - period]):
             return period, need
     return None

@@ -49,9 +49,9 @@ class TokenDecoder(ABC):
 _SAMPLE_BLOCK = 128  # tokens per block of the two-level inverse CDF
 
 
-def _last_positive(weights: np.ndarray) -> int:
-    """Index of the last entry > 0 of a 1-D array that has one."""
-    return len(weights) - 1 - int(np.argmax(weights[::-1] > 0))
+def _last_positive(weights: np.ndarray) -> np.ndarray:
+    """Per row of [n, m] (each with an entry > 0), the index of its last entry > 0."""
+    return weights.shape[1] - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
 
 
 def sample_rows(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
@@ -62,26 +62,30 @@ def sample_rows(logits: np.ndarray, temperature: float, rng: np.random.Generator
     a Gumbel-max draw needs V random numbers per row (~5 ms per step for 5 rows). Suppressed
     (-inf) tokens have weight 0 and are never drawn.
     """
-    scaled = logits / np.float32(temperature)
-    weights = np.exp(scaled - scaled.max(axis=-1, keepdims=True))  # [n, V], max 1
-    starts = np.arange(0, weights.shape[-1], _SAMPLE_BLOCK)
+    weights = logits / np.float32(temperature)
+    np.subtract(weights, weights.max(axis=-1, keepdims=True), out=weights)
+    np.exp(weights, out=weights)  # [n, V], max 1
+    n, vocab = weights.shape
+    starts = np.arange(0, vocab, _SAMPLE_BLOCK)
     block_sums = np.add.reduceat(weights, starts, axis=1)
     block_cdf = np.cumsum(block_sums, axis=1, dtype=np.float64)  # [n, blocks]
-    targets = rng.random(len(weights)) * block_cdf[:, -1]
-    chosen = np.empty(len(weights), np.int64)
-    for row, target in enumerate(targets):
-        # side="right": the first block (token) whose cumulative weight passes the target has a
-        # weight > 0; min() catches a target rounded up to the total
-        block = min(
-            int(np.searchsorted(block_cdf[row], target, side="right")),
-            _last_positive(block_sums[row]),
-        )
-        below = block_cdf[row, block - 1] if block else 0.0
-        inside = weights[row, starts[block] : starts[block] + _SAMPLE_BLOCK]
-        cdf = below + np.cumsum(inside, dtype=np.float64)
-        token = min(int(np.searchsorted(cdf, target, side="right")), _last_positive(inside))
-        chosen[row] = starts[block] + token
-    return chosen
+    targets = rng.random(n) * block_cdf[:, -1]
+    rows = np.arange(n)
+    # side="right": the first block (token) whose cumulative weight passes the target has a
+    # weight > 0; the last positive one catches a target rounded up to the total
+    block = np.minimum(_passed(block_cdf, targets), _last_positive(block_sums))
+    below = np.where(block > 0, block_cdf[rows, block - 1], 0.0)
+    columns = starts[block, None] + np.arange(_SAMPLE_BLOCK)  # [n, block size]
+    inside = np.where(columns < vocab, weights[rows[:, None], np.minimum(columns, vocab - 1)], 0)
+    cdf = below[:, None] + np.cumsum(inside, axis=1, dtype=np.float64)
+    token = np.minimum(_passed(cdf, targets), _last_positive(inside))
+    return starts[block] + token
+
+
+def _passed(cdf: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Per row, the entries of a non-decreasing row of `cdf` at or below its target
+    (`np.searchsorted(row, target, side="right")`)."""
+    return np.count_nonzero(cdf <= targets[:, None], axis=1)
 
 
 class GreedyDecoder(TokenDecoder):
@@ -298,22 +302,39 @@ class MaximumLikelihoodRanker:
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest entries of every row of float [n, V], best first, all distinct
-    (ties: lowest index first).
+    (ties: lowest index first; non-finite entries rank below every finite one, lowest index
+    first).
 
     k rounds of arg-max: for a small k over a Whisper-sized vocabulary this is ~10x faster than
-    `np.argpartition`.
+    `np.argpartition`. The rounds run on the scores as they are; a row where a pick is not
+    finite (fewer than k finite entries: every timestamp but one suppressed, a forced EOT) is
+    picked again with its non-finite entries ranked as described.
     """
     if k > scores.shape[-1]:
         raise ValueError(f"k={k} exceeds the {scores.shape[-1]} entries per row")
-    # -inf -> the lowest finite value, so picked entries (set to -inf) are never picked again
-    work = np.where(np.isfinite(scores), scores, np.finfo(scores.dtype).min)
-    rows = np.arange(scores.shape[0])
-    out = np.empty((scores.shape[0], k), dtype=np.intp)
+    out, picked = _top_k_rounds(scores.copy(), k)
+    short = ~np.isfinite(picked).all(axis=-1)
+    if short.any():
+        rows = scores[short]
+        # -inf, +inf, nan -> the lowest finite value; picked entries (set to -inf) then rank
+        # below every entry not picked
+        ranked = np.where(np.isfinite(rows), rows, np.finfo(rows.dtype).min)
+        out[short] = _top_k_rounds(ranked, k)[0]
+    return out
+
+
+def _top_k_rounds(work: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """k rounds of arg-max over `work` [n, V] (overwritten: each pick becomes -inf): the
+    indices [n, k] and the values picked."""
+    rows = np.arange(work.shape[0])
+    out = np.empty((work.shape[0], k), dtype=np.intp)
+    picked = np.empty((work.shape[0], k), dtype=work.dtype)
     for i in range(k):
         best = np.argmax(work, axis=-1)
         out[:, i] = best
+        picked[:, i] = work[rows, best]
         work[rows, best] = -np.inf
-    return out
+    return out, picked
 
 
 def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:

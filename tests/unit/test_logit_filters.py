@@ -162,6 +162,31 @@ def test_find_loop(text, expected):
     assert find_loop(np.asarray(text), 24, 3, 32) == expected
 
 
+def _reference_loop(text, max_period, min_repeats, min_span):
+    """Every period in turn, token by token: the oracle of `find_loop`."""
+    n = len(text)
+    for period in range(1, max_period + 1):
+        need = max(min_repeats, -(-min_span // period))
+        span = need * period
+        if span <= n and all(text[-1 - i] == text[-1 - i - period] for i in range(span - period)):
+            return period, need
+    return None
+
+
+@pytest.mark.parametrize("limits", [(24, 3, 32), (5, 2, 6), (3, 1, 1), (2, 1, 7), (6, 2, 1)])
+def test_find_loop_matches_the_token_by_token_reference(limits):
+    """Random text ending in a repeated unit (cut or not): the same loop, or none, as checking
+    every period token by token."""
+    rng = np.random.default_rng(sum(limits))
+    for _ in range(2000):
+        unit = rng.integers(0, 3, size=int(rng.integers(1, 30))).tolist()
+        text = rng.integers(0, 3, size=int(rng.integers(0, 10))).tolist()
+        text += unit * int(rng.integers(0, 8))
+        if rng.random() < 0.3:
+            text = text[: int(rng.integers(0, len(text) + 1))]
+        assert find_loop(np.asarray(text, np.int64), *limits) == _reference_loop(text, *limits)
+
+
 def test_repetition_guard_forces_eot_and_ignores_timestamps():
     guard = RepetitionGuard(eot=EOT, timestamp_begin=TS, sample_begin=BEGIN)
     looping = []

@@ -17,6 +17,7 @@ from app.engine.search import (
     GreedyDecoder,
     MaximumLikelihoodRanker,
     common_prefix_length,
+    sample_rows,
     top_k,
 )
 
@@ -229,6 +230,61 @@ def test_top_k_matches_a_full_sort():
     x = rng.normal(size=(4, 1000)).astype(np.float32)
     x[:, 900:] = -np.inf
     np.testing.assert_array_equal(top_k(x, 6), np.argsort(-x, axis=-1, kind="stable")[:, :6])
+
+
+def test_top_k_ranks_non_finite_entries_last_by_index():
+    """Rows with fewer than k finite entries (a forced EOT, one timestamp left) and ties: the
+    finite entries best first, then the non-finite ones lowest index first, all distinct."""
+    rng = np.random.default_rng(4)
+    x = rng.integers(-3, 3, size=(6, 300)).astype(np.float32)  # many ties
+    x[1, :] = -np.inf
+    x[1, 7] = 0.0  # one finite entry (a forced EOT)
+    x[2, ::2] = -np.inf
+    x[2, 1:9:2] = -np.inf  # ... and the finite ones start at 9
+    x[3, :] = -np.inf
+    x[3, [250, 20]] = [1.0, 2.0]
+    x[4, 5] = np.nan
+    x[5, 50] = np.inf
+    ranked = np.where(np.isfinite(x), x, np.finfo(np.float32).min)
+    expected = np.argsort(-ranked, axis=-1, kind="stable")[:, :6]
+    np.testing.assert_array_equal(top_k(x, 6), expected)
+    assert top_k(x, 6)[1].tolist() == [7, 0, 1, 2, 3, 4]
+
+
+def _sample_row_by_row(logits, temperature, rng, block=128):
+    """The two-level inverse CDF one row at a time (np.searchsorted): the oracle of the array
+    version."""
+    scaled = logits / np.float32(temperature)
+    weights = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
+    starts = np.arange(0, weights.shape[-1], block)
+    block_sums = np.add.reduceat(weights, starts, axis=1)
+    block_cdf = np.cumsum(block_sums, axis=1, dtype=np.float64)
+    targets = rng.random(len(weights)) * block_cdf[:, -1]
+    chosen = []
+    for row, target in enumerate(targets):
+        last = int(np.flatnonzero(block_sums[row] > 0)[-1])
+        b = min(int(np.searchsorted(block_cdf[row], target, side="right")), last)
+        inside = weights[row, starts[b] : starts[b] + block]
+        cdf = (block_cdf[row, b - 1] if b else 0.0) + np.cumsum(inside, dtype=np.float64)
+        last = int(np.flatnonzero(inside > 0)[-1])
+        chosen.append(starts[b] + min(int(np.searchsorted(cdf, target, side="right")), last))
+    return np.asarray(chosen)
+
+
+@pytest.mark.parametrize("vocab", [51864, 300, 128, 5])
+def test_sampling_draws_what_the_row_by_row_draw_gives(vocab):
+    """Same generator, same tokens as drawing each row alone (ragged last block, most tokens
+    suppressed, sharp and flat temperatures)."""
+    rng = np.random.default_rng(vocab)
+    for _ in range(40):
+        n = int(rng.integers(1, 26))
+        logits = (rng.standard_normal((n, vocab)) * rng.choice([1, 5, 20])).astype(np.float32)
+        logits[rng.random((n, vocab)) < rng.choice([0.0, 0.5, 0.99])] = -np.inf
+        logits[np.arange(n), rng.integers(0, vocab, n)] = 0.0  # a finite entry in every row
+        temperature, seed = float(rng.choice([0.2, 0.6, 1.0])), int(rng.integers(1 << 30))
+        drawn = sample_rows(logits, temperature, np.random.default_rng(seed))
+        expected = _sample_row_by_row(logits, temperature, np.random.default_rng(seed))
+        np.testing.assert_array_equal(drawn, expected)
 
 
 def test_sampling_temperature_sharpens_and_trailing_suppressed_tokens_stay_out():
