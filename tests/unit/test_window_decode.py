@@ -40,15 +40,15 @@ def test_a_file_window_tries_every_temperature_of_its_options() -> None:
 @pytest.mark.parametrize(
     ("temperatures", "batches"),
     [
-        ((0.0, 0.2, 0.4, 0.6, 0.8, 1.0), ((0,), (1,), (2, 3, 4, 5))),  # the default schedule
+        ((0.0, 0.2, 0.4, 0.6, 0.8, 1.0), ((0,), (1, 2, 3, 4, 5))),  # the default schedule
         ((0.0,), ((0,),)),
-        ((0.0, 0.5), ((0,), (1,))),
-        ((0.0, 0.5, 1.0), ((0,), (1,), (2,))),  # one attempt left: alone
-        ((0.2, 0.4, 0.6), ((0,), (1,), (2,))),
-        ((0.3, 0.6, 0.9, 1.0), ((0,), (1,), (2, 3))),
+        ((0.0, 0.5), ((0,), (1,))),  # one attempt left: alone
+        ((0.0, 0.5, 1.0), ((0,), (1, 2))),
+        ((0.2, 0.4, 0.6), ((0,), (1, 2))),
+        ((0.3, 0.6, 0.9, 1.0), ((0,), (1, 2, 3))),
     ],
 )
-def test_the_attempts_after_the_second_run_as_one_decode(
+def test_the_attempts_after_the_first_run_as_one_decode(
     temperatures: tuple[float, ...], batches: tuple[tuple[int, ...], ...]
 ) -> None:
     plan = file_plan(TranscriptionOptions(temperature=temperatures), "en", (), None)
