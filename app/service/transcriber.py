@@ -47,7 +47,13 @@ from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.options import TranscriptionOptions
 from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
 from app.service.text_stream import TextStream, WindowStream
-from app.service.window_decode import DecodedWindow, WindowPlan, file_plan
+from app.service.window_decode import (
+    TOGETHER_KV_BYTES,
+    DecodedWindow,
+    WindowPlan,
+    file_plan,
+    rows_within,
+)
 from app.service.windows import encode_window, file_segments, restore_times
 from app.service.words import WindowAudio, add_words, segment_words
 
@@ -121,6 +127,7 @@ class Transcriber:
         self.n_mels = sessions.manifest.dims.n_mels
         self.multilingual = sessions.manifest.multilingual
         self.n_text_ctx = sessions.manifest.dims.n_text_ctx
+        self.together_rows = rows_within(TOGETHER_KV_BYTES, sessions)
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -233,7 +240,7 @@ class Transcriber:
         is set."""
         memo = PrefixMemo()
         results: list[DecodingResult] = []
-        for batch in plan.batches():
+        for batch in plan.batches(self.together_rows):
             tasks = [
                 DecodingTask(
                     self.sessions, cross, self.tokenizer, plan.attempts[i], memo=memo,

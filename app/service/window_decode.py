@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from app.engine.backend import WhisperBackend
 from app.engine.decoding_types import DecodingOptions, DecodingResult
 from app.service.fallback import FallbackRule
 from app.service.options import TranscriptionOptions
@@ -35,6 +36,9 @@ from app.service.windows import judged_silent
 
 Verdict = Literal["speech", "silent", "looped"]
 TOGETHER_FROM = 1  # attempts from this index on run together (the module docstring says why)
+# the most self K/V (at a full text context) attempts run together may hold: 25 rows hold
+# 66 MiB at tiny.en (bf16), 219 MiB at large-v3-turbo, 1.7 GiB at large-v3 (each alone there)
+TOGETHER_KV_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -58,14 +62,23 @@ class WindowPlan:
         if not self.attempts:
             raise ValueError("a window plan needs at least one attempt")
 
-    def batches(self) -> tuple[tuple[int, ...], ...]:
+    def batches(self, max_rows: int | None = None) -> tuple[tuple[int, ...], ...]:
         """The attempts' indices as the decodes that run them, in order: one each up to
-        `TOGETHER_FROM`, the sampling attempts after it as one."""
+        `TOGETHER_FROM`, the sampling attempts after it as one, or as consecutive runs of them
+        of at most `max_rows` rows (a run of one attempt may have more)."""
         first = min(TOGETHER_FROM, len(self.attempts))
-        rest = tuple(range(first, len(self.attempts)))
-        samples = all(self.attempts[i].temperature > 0 for i in rest)
-        alone = [(i,) for i in range(first)]
-        return tuple(alone + ([rest] if samples and len(rest) > 1 else [(i,) for i in rest]))
+        rest = range(first, len(self.attempts))
+        batches = [(i,) for i in range(first)]
+        if not all(self.attempts[i].temperature > 0 for i in rest):
+            return tuple(batches + [(i,) for i in rest])
+        run: list[int] = []
+        for i in rest:
+            rows = sum(self.attempts[j].n_group for j in (*run, i))
+            if run and max_rows is not None and rows > max_rows:
+                batches.append(tuple(run))
+                run = []
+            run.append(i)
+        return tuple(batches + ([tuple(run)] if run else []))
 
     def streams(self, attempt: int, no_speech_prob: float) -> bool:
         """Whether the tokens of `attempt` (0-based) may be streamed as they are decoded: the
@@ -84,6 +97,13 @@ class WindowPlan:
         if self.drop_loops and result.looped:
             return "looped"
         return "speech"
+
+
+def rows_within(budget: int, sessions: WhisperBackend) -> int:
+    """The decoder rows whose self K/V, at a full text context, fit in `budget` bytes."""
+    dims = sessions.manifest.dims
+    per_row = 2 * dims.n_text_layer * dims.n_heads * dims.n_text_ctx * dims.head_dim
+    return budget // (per_row * sessions.kv_dtype.itemsize)
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,16 @@ a live pass are judged and streamed, as data; decoding results in, verdicts out;
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
 from app.engine.decoding_types import DecodingResult
 from app.service.live.options import StreamingOptions
 from app.service.live.window_pass import pass_plan
 from app.service.options import TranscriptionOptions
-from app.service.window_decode import file_plan
+from app.service.window_decode import TOGETHER_KV_BYTES, file_plan, rows_within
 
 TS = 50363  # <|0.00|> of the English-only models
 PREFIX = (TS, 1, 2, TS + 50)  # a committed segment, forced with its timestamps
@@ -53,6 +56,43 @@ def test_the_attempts_after_the_first_run_as_one_decode(
 ) -> None:
     plan = file_plan(TranscriptionOptions(temperature=temperatures), "en", (), None)
     assert plan.batches() == batches
+
+
+@pytest.mark.parametrize(
+    ("max_rows", "batches"),
+    [
+        (25, ((0,), (1, 2, 3, 4, 5))),  # best_of 5: 25 rows fit
+        (15, ((0,), (1, 2, 3), (4, 5))),
+        (9, ((0,), (1,), (2,), (3,), (4,), (5,))),  # one attempt's 5 rows at a time
+        (3, ((0,), (1,), (2,), (3,), (4,), (5,))),  # an attempt alone may exceed the bound
+    ],
+)
+def test_attempts_run_together_within_a_row_bound(
+    max_rows: int, batches: tuple[tuple[int, ...], ...]
+) -> None:
+    assert FILE.batches(max_rows) == batches
+
+
+@pytest.mark.parametrize(
+    ("dims", "kv_dtype", "rows"),
+    [
+        ((4, 6, 448, 64), np.float16, 97),  # tiny.en, 16-bit K/V: 2.6 MiB a row
+        ((4, 6, 448, 64), np.float32, 48),  # ... f32 K/V
+        ((4, 20, 448, 64), np.float16, 29),  # large-v3-turbo
+        ((32, 20, 448, 64), np.float16, 3),  # large-v3: 70 MiB a row
+    ],
+)
+def test_rows_within_a_budget_follow_the_self_kv_size(dims, kv_dtype, rows) -> None:
+    layers, heads, ctx, head_dim = dims
+    sessions = SimpleNamespace(
+        manifest=SimpleNamespace(
+            dims=SimpleNamespace(
+                n_text_layer=layers, n_heads=heads, n_text_ctx=ctx, head_dim=head_dim
+            )
+        ),
+        kv_dtype=np.dtype(kv_dtype),
+    )
+    assert rows_within(TOGETHER_KV_BYTES, sessions) == rows
 
 
 def test_a_file_window_may_be_judged_silent_and_keeps_a_loop() -> None:
