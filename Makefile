@@ -8,7 +8,7 @@ TEST_MODELS := tiny.en base
 HOST ?= 0.0.0.0
 PORT ?= 8000
 # glibc malloc: big arrays mmapped and returned, two arenas (see app/runtime/memory.py)
-MALLOC_ENV := MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=4194304 MALLOC_TRIM_THRESHOLD_=33554432
+MALLOC_ENV := MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=8388608 MALLOC_TRIM_THRESHOLD_=33554432
 
 .PHONY: setup-browser setup setup-dev models speaker-models test-models run test lint format test-docker test-scaleout clean
 

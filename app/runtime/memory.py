@@ -6,11 +6,13 @@ The decode loop allocates and frees arrays of every size from several threads: p
 after the first large free, so the big arrays then come from per-thread arenas that fragment and
 are rarely returned to the system. The settings here:
 
-- mmap threshold 4 MiB: a window's arrays are mmapped and unmapped; a step's come from the heap
-  and are reused step after step. At 256 KiB (until 2026-11-30) every step's arrays were fresh
-  mappings, page-faulted in on every step: ~1300 faults per beam-5 step, 170 000 (tiny.en) to
-  270 000 (base) per 60 s request, 16-19 % of its time (benchmarks/results/
-  server_speed_epyc_bf16.md).
+- mmap threshold 8 MiB: a window's arrays are mmapped and unmapped; a step's come from the heap
+  and are reused step after step, up to the 25 rows of a window's fallback attempts decoded
+  together (their logits: 5.2 MB a step). At 256 KiB (until 2026-11-30) every step's arrays were
+  fresh mappings, page-faulted in on every step: ~1300 faults per beam-5 step, 170 000 (tiny.en)
+  to 270 000 (base) per 60 s request, 16-19 % of its time; at 4 MiB the 25-row steps still were
+  (the 10 min clip through the server, tiny.en: 15.2-15.3 -> 14.6-15.1 s greedy, 22.9-24.1 ->
+  22.0-22.6 s beam 5; benchmarks/results/server_speed_epyc_bf16.md).
 - trim threshold 32 MiB, and `release_free_memory` when the server goes idle and after a model's
   load: the heap keeps what a request reuses while it runs and gives its free pages back between
   requests, so RSS after a request stays where it was (the peak during a load is 20-40 MB
@@ -37,7 +39,7 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
 SETTINGS = (
-    ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, 4 << 20),
+    ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, 8 << 20),
     ("MALLOC_TRIM_THRESHOLD_", M_TRIM_THRESHOLD, 32 << 20),
     ("MALLOC_ARENA_MAX", M_ARENA_MAX, 2),
 )
