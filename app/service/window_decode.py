@@ -72,11 +72,12 @@ class WindowPlan:
         if not all(self.attempts[i].temperature > 0 for i in rest):
             return tuple(batches + [(i,) for i in rest])
         run: list[int] = []
+        rows = 0  # of the attempts in `run`
         for i in rest:
-            rows = sum(self.attempts[j].n_group for j in (*run, i))
+            rows += self.attempts[i].n_group
             if run and max_rows is not None and rows > max_rows:
                 batches.append(tuple(run))
-                run = []
+                run, rows = [], self.attempts[i].n_group
             run.append(i)
         return tuple(batches + ([tuple(run)] if run else []))
 

@@ -27,21 +27,20 @@ def rss_mb():
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
+def step_faults(size, steps):
+    # faults while an array of `size` floats is made and dropped `steps` times (warmed up)
+    for _ in range(3):
+        np.ones(size, np.float32)
+    before = faults()
+    for _ in range(steps):
+        np.ones(size, np.float32)
+    return faults() - before
+
 assert tune_malloc()
 # a decoder step's worth: 1 MB arrays made and dropped again and again
-for _ in range(3):
-    np.ones(250_000, np.float32)
-before = faults()
-for _ in range(200):
-    np.ones(250_000, np.float32)
-step_faults = faults() - before
+narrow = step_faults(250_000, 200)
 # the 25 rows of a window's fallback attempts decoded together: 5.2 MB of logits a step
-for _ in range(3):
-    np.ones(1_300_000, np.float32)
-before = faults()
-for _ in range(50):
-    np.ones(1_300_000, np.float32)
-wide_step_faults = faults() - before
+wide = step_faults(1_300_000, 50)
 # 150 MB of such arrays freed between small arrays still in use: the heap keeps their pages
 held, pins = [], []
 for _ in range(150):
@@ -53,7 +52,7 @@ freed = rss_mb()
 release_free_memory()
 released = rss_mb()
 print(json.dumps(dict(
-    step_faults=step_faults, wide_step_faults=wide_step_faults,
+    step_faults=narrow, wide_step_faults=wide,
     start=start, freed=freed, released=released,
 )))
 """
