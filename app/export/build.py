@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 from tqdm import tqdm
 
-from app.export.calibration import measure_ranges
+from app.export.calibration import measure_decoder_ranges, measure_ranges
 from app.export.errors import BuildError
 from app.export.graph_builder import WeightFormat
 from app.export.manifest import build_manifest
@@ -31,7 +32,6 @@ from app.export.sources import (
     resolve_local_folder,
     sha256_of,
 )
-from app.export.weights import WhisperWeights
 from app.export.whisper_graphs import build_decoder, build_encoder
 from app.runtime.contract import ContractError, Manifest, missing_files
 
@@ -72,17 +72,18 @@ def _save(model: onnx.ModelProto, path: Path) -> list[str]:
     return [path.name, data]
 
 
-def _encoder_input_ranges(
-    weights: WhisperWeights, weight_format: WeightFormat, folder: Path
-) -> dict[str, float]:
-    """Calibrate the encoder's int8 inputs with a probe encoder written to `folder`/probe."""
-    probe = folder / "probe" / "encoder.onnx"
-    probe.parent.mkdir()
+def _probed_ranges(
+    probe: onnx.ModelProto, folder: Path, measure: Callable[[Path], dict[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """`measure(path)` of a probe graph written to `folder`/probe for the measurement."""
+    path = folder / "probe" / "graph.onnx"
+    path.parent.mkdir()
     try:
-        _save(build_encoder(weights, weight_format, probe_ranges=True), probe)
-        return measure_ranges(probe, weights.dims().n_mels)
+        _save(probe, path)
+        del probe
+        return measure(path)
     finally:
-        shutil.rmtree(probe.parent)
+        shutil.rmtree(path.parent)
 
 
 def _stale(folder: Path) -> str | None:
@@ -167,18 +168,28 @@ def build_model(
         advance()
         partial.mkdir(parents=True)
         weight_format = PRECISIONS[precision]
-        ranges = None
+        encoder_ranges = decoder_ranges = None
         if weight_format.int8_inputs:
             steps.set_postfix_str("calibrating")
-            ranges = _encoder_input_ranges(weights, weight_format, partial)
+            encoder_ranges = _probed_ranges(
+                build_encoder(weights, weight_format, probe_ranges=True),
+                partial,
+                lambda probe: measure_ranges(probe, dims.n_mels),
+            )
         advance()
         steps.set_postfix_str("encoder graph")
-        encoder = build_encoder(weights, weight_format, input_ranges=ranges)
+        encoder = build_encoder(weights, weight_format, input_ranges=encoder_ranges)
         written = _save(encoder, partial / "encoder.onnx")
         del encoder
         advance()
         steps.set_postfix_str("decoder graph")
-        decoder = build_decoder(weights, weight_format, manifest.alignment_heads)
+        if weight_format.int8_inputs:
+            decoder_ranges = _probed_ranges(
+                build_decoder(weights, weight_format, manifest.alignment_heads, probe_ranges=True),
+                partial,
+                lambda probe: measure_decoder_ranges(probe, partial / "encoder.onnx", manifest),
+            )
+        decoder = build_decoder(weights, weight_format, manifest.alignment_heads, decoder_ranges)
         written += _save(decoder, partial / "decoder.onnx")
         del weights, decoder
         shutil.copyfile(source.tokenizer, partial / "tokenizer.json")

@@ -20,7 +20,9 @@ _ONNX_TYPES = {
 
 
 INT8_GROUP = 64  # input channels per int8 scale
-RANGE_OUTPUT = "range."  # prefix of a probe graph's outputs: max |input| of a linear layer
+RANGE_OUTPUT = (
+    "range."  # prefix of a probe graph's outputs: a linear layer's max |input| per channel
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,18 @@ class WeightFormat:
     dtype: str = "float32"
     int8_matrices: bool = False
     int8_inputs: bool = False
+
+
+@dataclass(frozen=True)
+class Int8Table:
+    """The graph values of an `int8_table`: int8 [rows, cols], f32 scale [rows], zero [rows]."""
+
+    values: str
+    cols: int
+    scale: str
+    zero: str
+    row_scale: str  # the scale as [rows, 2], each twice (`GraphBuilder.lookup`)
+    unsmoothing: str | None  # 1 / the smoothing [cols], if any
 
 
 def quantize_int8(rows: np.ndarray, group: int = INT8_GROUP) -> tuple[np.ndarray, np.ndarray]:
@@ -69,15 +83,15 @@ class GraphBuilder:
         self,
         name: str,
         weight_format: WeightFormat = WeightFormat(),
-        input_ranges: Mapping[str, float] | None = None,
+        input_ranges: Mapping[str, np.ndarray] | None = None,
         probe_ranges: bool = False,
     ) -> None:
-        """input_ranges: max |input| of the linear layers whose input is to be int8
-        (`linear(..., int8_input=True)`), by the prefix of the first layer that reads each such
-        input; probe_ranges: instead give each such input's max |x| as an output
-        `range.<prefix>` (the graph a calibration runs to find them). Layers that read one value
-        (the cross K/V projections all read the encoder's output) share its range and its int8
-        round trip."""
+        """input_ranges: max |input| per input channel of the linear layers whose input is to be
+        int8 (`linear(..., int8_input=True)`), by the prefix of the first layer that reads each
+        such input; probe_ranges: instead give each such input's max |x| per channel as an
+        output `range.<prefix>` (the graph a calibration runs to find them). Layers that read one
+        value (the cross K/V projections all read the encoder's output) share its range and its
+        int8 round trip."""
         self.name = name
         self.weight_format = weight_format
         self.input_ranges = input_ranges
@@ -90,6 +104,13 @@ class GraphBuilder:
         self._weights: dict[str, str] = {}
         self._int8_values: dict[str, str] = {}  # value -> its int8 round trip (in a probe: itself)
         self._ids = itertools.count()
+
+    @property
+    def int8_inputs(self) -> bool:
+        """Whether layers marked for int8 inputs get them (with ranges, or probing for them)."""
+        return self.weight_format.int8_inputs and (
+            self.probe_ranges or self.input_ranges is not None
+        )
 
     def _fresh(self, hint: str) -> str:
         return f"{hint}_{next(self._ids)}"
@@ -149,18 +170,19 @@ class GraphBuilder:
         self._weights[name] = value
         return value
 
-    def _int8_input(self, x: str, prefix: str) -> str:
-        """x as an int8 layer input, made once per value for the first layer (`prefix`) that
-        reads it: in a probe, x itself with its max |x| as an output; else x through int8 and
-        back, symmetric per tensor, the scale its range / 127."""
+    def _int8_input(self, x: str, prefix: str, channels: int) -> str:
+        """x [..., channels] as an int8 layer input, made once per value for the first layer
+        (`prefix`) that reads it: in a probe, x itself with its max |x| per channel as an output;
+        else x through int8 and back, symmetric per tensor, the scale its range / 127."""
         if x not in self._int8_values:
             if self.probe_ranges:
-                reach = self.op("ReduceMax", [self.op("Abs", [x])], keepdims=0)
-                self.output(reach, f"{RANGE_OUTPUT}{prefix}", np.float32, [])
+                rows = self.op("Reshape", [x, self.const(np.array([-1, channels], np.int64))])
+                reach = self.op("ReduceMax", [self.op("Abs", [rows]), self.const([0])], keepdims=0)
+                self.output(reach, f"{RANGE_OUTPUT}{prefix}", np.float32, [channels])
                 self._int8_values[x] = x
             else:
                 assert self.input_ranges is not None
-                reach = self.input_ranges[prefix]
+                reach = float(np.max(self.input_ranges[prefix]))
                 scale = self.const(np.float32(reach / 127.0 if reach > 0 else 1.0), f"{x}_scale")
                 zero = self.const(np.int8(0), f"{x}_zero")
                 q = self.op("QuantizeLinear", [x, scale, zero])
@@ -174,6 +196,54 @@ class GraphBuilder:
         scale_name = self.const(scale.reshape(-1).astype(np.float32), f"{name}_scale")
         zero = self.const(np.zeros(weight.shape[0], np.int8), f"{name}_zero")
         return self.op("DequantizeLinear", [name, scale_name, zero], axis=1)
+
+    def int8_table(
+        self, name: str, table: np.ndarray, smoothing: np.ndarray | None = None
+    ) -> Int8Table:
+        """table [rows, cols] stored as int8 with an f32 scale per row, for `lookup` and
+        `int8_projection` to share. smoothing [cols] (SmoothQuant): the stored table is
+        table * smoothing per column, and both uses divide it out again (a lookup's rows, the
+        projection's input), so x @ table^T is computed as (x / s) @ (table * s)^T: the int8
+        input's outlier channels are scaled down and the table's columns up to match."""
+        cols = table.shape[1]
+        s = np.ones(cols, np.float32) if smoothing is None else smoothing.astype(np.float32)
+        q, scale = quantize_int8(table * s, group=cols)  # one group: the whole row
+        self._tensors.append((name, np.ascontiguousarray(q[:, 0, :])))
+        scale = scale.reshape(-1).astype(np.float32)
+        return Int8Table(
+            name,
+            cols,
+            self.const(scale, f"{name}_scale"),
+            self.const(np.zeros(len(table), np.int8), f"{name}_zero"),
+            self.const(np.repeat(scale[:, None], 2, axis=1), f"{name}_row_scale"),
+            None if smoothing is None else self.const(1 / s, f"{name}_unsmoothing"),
+        )
+
+    def lookup(self, table: Int8Table, ids: str) -> str:
+        """Rows `ids` of an `int8_table` as f32: the int8 rows gathered, then scaled. Gathering
+        the int8 values themselves keeps OpenVINO from expanding the table: in a graph that also
+        has int8 inputs it leaves a Gather over the dequantized table to its low-precision passes,
+        which fold that table into f32 (tiny.en's 20 MB embedding became 80 MB). The scales are
+        gathered from `[rows, 2]` (each twice) and sliced: OpenVINO 2025.4's CPU Gather of one f32
+        per row with a bf16 output copies f32 bytes as bf16 (the rows' scales came out as another
+        row's or ~1e-16)."""
+        rows = self.op("Cast", [self.op("Gather", [table.values, ids])], to=TensorProto.FLOAT)
+        pairs = self.op("Gather", [table.row_scale, ids])  # [..., 2]
+        row_scale = self.op("Slice", [pairs, self.const([0]), self.const([1]), self.const([-1])])
+        return self._unsmoothed(self.op("Mul", [rows, row_scale]), table)
+
+    def int8_projection(self, x: str, table: Int8Table, prefix: str) -> str:
+        """x [N, cols] @ table^T -> [N, rows], x through its int8 round trip (`_int8_input`, the
+        range under `prefix`) and the table dequantized per row: OpenVINO's int8 matrix multiply
+        over the stored int8 table (at 5 rows on tiny.en's 51864 x 384 logits projection ~0.6 ms
+        against 2.1 for the weights expanded to bf16 inside the product)."""
+        weight = self.op("DequantizeLinear", [table.values, table.scale, table.zero], axis=0)
+        x = self._int8_input(self._unsmoothed(x, table), prefix, table.cols)
+        return self.op("Gemm", [x, weight], transB=1)
+
+    def _unsmoothed(self, x: str, table: Int8Table) -> str:
+        """x [..., cols] divided by the table's smoothing (itself without one)."""
+        return x if table.unsmoothing is None else self.op("Mul", [x, table.unsmoothing])
 
     def op(self, op_type: str, inputs: Sequence[str], name: str | None = None, **attrs) -> str:
         """One node with one output; returns the output's name."""
@@ -212,8 +282,8 @@ class GraphBuilder:
         quantized per tensor (QuantizeLinear -> DequantizeLinear, scale max |x| / 127) and W is
         int8 with a scale per output channel, the pattern OpenVINO runs as an int8 matrix
         multiply (VNNI) and ONNX Runtime as its integer MatMul."""
-        if int8_input and (self.probe_ranges or self.input_ranges is not None):
-            x = self._int8_input(x, prefix)
+        if int8_input and self.int8_inputs:
+            x = self._int8_input(x, prefix, weight.shape[1])
         if int8_input and self.input_ranges is not None:
             w = self._int8_channels(f"{prefix}.weight_t", weight)
         else:

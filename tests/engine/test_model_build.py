@@ -253,21 +253,25 @@ CROSS_INT8_INPUTS = ("encoder_attn.k_proj", "encoder_attn.v_proj")  # not the en
 
 def _int8_input_layers(path: Path) -> set[str]:
     """The linear layers of a graph whose input comes through int8 (QuantizeLinear ->
-    DequantizeLinear, a calibrated positive scale) and whose weight is int8 per channel."""
+    DequantizeLinear, a calibrated positive scale) and whose weight is int8 per channel: the
+    name of each one's int8 weight, less `.weight_t` (MatMul, W stored transposed)."""
     graph = onnx.load(path, load_external_data=False).graph
     made_by = {out: node for node in graph.node for out in node.output}
     constants = {t.name: t for t in graph.initializer}  # the scales are stored inline
     layers = set()
     for node in graph.node:
         source = made_by.get(node.input[0])
-        if node.op_type != "MatMul" or source is None or source.op_type != "DequantizeLinear":
+        if node.op_type not in ("MatMul", "Gemm") or source is None:
+            continue
+        if source.op_type != "DequantizeLinear":
             continue
         quantize = made_by[source.input[0]]
         assert quantize.op_type == "QuantizeLinear"
         scale = onnx.numpy_helper.to_array(constants[quantize.input[1]])
         assert scale.shape == () and 0 < scale < np.inf
         weight = made_by[node.input[1]]
-        assert weight.op_type == "DequantizeLinear" and weight.input[0].endswith(".weight_t")
+        assert weight.op_type == "DequantizeLinear"
+        assert constants[weight.input[0]].data_type == onnx.TensorProto.INT8
         layers.add(weight.input[0].removesuffix(".weight_t"))
     return layers
 
@@ -286,6 +290,10 @@ def test_int8_build_is_smaller_and_transcribes_like_fp16(
     assert stored["model.decoder.layers.0.fc1.bias"] == onnx.TensorProto.FLOAT16
     assert _int8_input_layers(summary.folder / "encoder.onnx") == {
         f"model.decoder.layers.{i}.{p}" for i in range(4) for p in CROSS_INT8_INPUTS
+    }
+    # the logits projection: int8 inputs over the int8 token embedding it shares with the lookup
+    assert _int8_input_layers(summary.folder / "decoder.onnx") == {
+        "model.decoder.embed_tokens.weight"
     }
     sessions = WhisperSessions.load(summary.folder, RuntimeOptions(device="CPU", threads=2))
     assert set(sessions.providers.values()) == {OPENVINO}
