@@ -223,8 +223,13 @@ def test_fallback_reuses_the_window_encoding_and_prefill(tiny_tr):
     assert all(seg.temperature in (0.0, 0.2, 0.4) for seg in segments)
 
 
-def test_openvino_and_cpu_ep_give_the_same_text(tiny, tiny_cpu, tiny_tok):
-    ov, cpu = Transcriber(tiny, tiny_tok), Transcriber(tiny_cpu, tiny_tok)
+def test_openvino_and_cpu_ep_give_the_same_text(tiny_fp16, tiny_cpu, tiny_tok):
+    """The two runtimes on the same fp16 files. Not the int8 files: those quantize the inputs of
+    the logits and cross K/V projections inside the graph, where the runtimes' last-bit
+    differences cross int8 rounding edges and move near-tied logits (jfk greedy: the first
+    segment ends at 7.74 s on one and 8.0 s on the other, and a final period comes and goes;
+    1089-134686-0000: "ladled out in" / "out and")."""
+    ov, cpu = Transcriber(tiny_fp16, tiny_tok), Transcriber(tiny_cpu, tiny_tok)
     for name in (JFK, "1089-134686-0000.flac"):
         _, _, a = run(ov, clip(name))
         _, _, b = run(cpu, clip(name))
