@@ -9,8 +9,11 @@ JSON lines over stdin/stdout (`benchmarks/worker_protocol.py`):
   {"op": "step", "rows", "past", "reps"} -> {"ms": [...], "how"}
   {"op": "rss"}, {"op": "quit"}
 
-ours: `WhisperSessions` with `RuntimeOptions(threads)` (the service's defaults otherwise: OpenVINO
-on CPU, precision and activation quantization `auto`). A step is one `WhisperSessions.decode`
+ours: `WhisperSessions` with the service's runtime options (`app.main.runtime_options` of the
+default `Settings`, threads as given: OpenVINO, precision and activation quantization `auto`, so
+bf16 on a CPU with native bf16; until 2026-11-30 this was `RuntimeOptions(threads)`, whose
+precision is f32, and the figures before then are f32 with activation quantization on such a
+CPU). A step is one `WhisperSessions.decode`
 call of T = 1 per row after a past of `past` positions, the rows on one encoded window (as beams
 run); each figure is the mean over a batch of calls.
 
@@ -53,10 +56,12 @@ class Ours:
         self.folder = folder
 
     def load(self, threads: int) -> dict:
-        from app.runtime.sessions import RuntimeOptions, WhisperSessions
+        from app.config import Settings
+        from app.main import runtime_options
+        from app.runtime.sessions import WhisperSessions
 
         started = time.perf_counter()
-        self.s = WhisperSessions.load(self.folder, RuntimeOptions(threads=threads))
+        self.s = WhisperSessions.load(self.folder, runtime_options(Settings(threads=threads)))
         load_s = time.perf_counter() - started
         self.dims = self.s.manifest.dims
         return {"load_s": load_s, **rss(), "n_mels": self.dims.n_mels}
@@ -76,7 +81,11 @@ class Ours:
             self.encode(1)
         rng = np.random.default_rng(1)
         shape = (rows, d.n_heads, past, d.head_dim)
-        pasts = [rng.standard_normal(shape, dtype=np.float32) for _ in range(2 * d.n_text_layer)]
+        kv = self.s.kv_dtype
+        pasts = [
+            rng.standard_normal(shape, dtype=np.float32).astype(kv)
+            for _ in range(2 * d.n_text_layer)
+        ]
         ids = np.full((rows, 1), 440, np.int64)
         pos = np.full((rows, 1), past, np.int64)
         mask = np.ones((rows, past + 1), np.int64)
