@@ -67,14 +67,14 @@ def measure_ranges(probe: Path, n_mels: int) -> dict[str, np.ndarray]:
 
 def measure_decoder_ranges(probe: Path, encoder: Path, manifest: Manifest) -> dict[str, np.ndarray]:
     """max |input| per channel of each int8 input (by prefix) of the probe decoder at `probe`,
-    over the first
-    `DECODED_TOKENS` tokens of each calibration window, greedy, from the cross K/V of the
-    encoder at `encoder`."""
+    over the first `DECODED_TOKENS` tokens of each calibration window, decoded greedily from the
+    cross K/V of the encoder at `encoder`."""
     dims, special = manifest.dims, manifest.special
     encoder_graph = OpenVINOGraph(encoder, "CPU", F32)
     decoder = OpenVINOGraph(probe, "CPU", F32)
     reach = _Reach(decoder)
     cross_names = contract.encoder_output_names(dims.n_text_layer)
+    past_names = contract.past_names(dims.n_text_layer)
     step_outputs = contract.decoder_step_output_names(dims.n_text_layer)
     prompt = [special.sot]
     if manifest.multilingual:
@@ -82,7 +82,7 @@ def measure_decoder_ranges(probe: Path, encoder: Path, manifest: Manifest) -> di
     for window in calibration_windows(dims.n_mels):
         cross = encoder_graph.run(cross_names, {"input_features": window})
         empty = np.zeros((1, dims.n_heads, 0, dims.head_dim), np.float32)
-        past = [empty] * len(contract.past_names(dims.n_text_layer))
+        past = [empty] * len(past_names)
         new_ids, tokens = prompt, list(prompt)
         while len(tokens) < len(prompt) + DECODED_TOKENS:
             feed = {
@@ -90,7 +90,7 @@ def measure_decoder_ranges(probe: Path, encoder: Path, manifest: Manifest) -> di
                 "position_ids": np.arange(len(tokens) - len(new_ids), len(tokens))[None],
                 "attention_mask": np.ones((1, len(tokens)), np.int64),
                 contract.LOGITS_AT: np.arange(len(new_ids), dtype=np.int64),
-                **dict(zip(contract.past_names(dims.n_text_layer), past, strict=True)),
+                **dict(zip(past_names, past, strict=True)),
                 **dict(zip(cross_names, cross, strict=True)),
             }
             logits, *rest = decoder.run([*step_outputs, *reach.names], feed)

@@ -20,9 +20,8 @@ _ONNX_TYPES = {
 
 
 INT8_GROUP = 64  # input channels per int8 scale
-RANGE_OUTPUT = (
-    "range."  # prefix of a probe graph's outputs: a linear layer's max |input| per channel
-)
+# prefix of a probe graph's outputs: an int8 input's max |x| per channel
+RANGE_OUTPUT = "range."
 
 
 @dataclass(frozen=True)
