@@ -11,38 +11,63 @@ import numpy as np
 import onnx
 
 from app.export.graph_builder import GraphBuilder, Int8Table, WeightFormat
+from app.export.smoothing import (
+    encoder_factors,
+    smoothed_cross,
+    smoothed_layer,
+    smoothed_ranges,
+    smoothing_factors,
+)
 from app.export.weights import WhisperWeights
 from app.runtime import contract
 
 _MASKED = -1e9  # additive bias for a key that may not be attended
 
 
-def _self_attention_qkv(g: GraphBuilder, x: str, w: WhisperWeights, prefix: str) -> list[str]:
-    """q, k, v [B, H, T, Dh] of one attention block's input x [B, T, D]."""
+def _self_attention_qkv(
+    g: GraphBuilder, x: str, w: WhisperWeights, prefix: str, int8_input: bool = False
+) -> list[str]:
+    """q, k, v [B, H, T, Dh] of one attention block's input x [B, T, D] (one int8 input for the
+    three when `int8_input`: `GraphBuilder.linear`)."""
     dims = w.dims()
-    q = g.linear(x, w[f"{prefix}.q_proj.weight"], w[f"{prefix}.q_proj.bias"], f"{prefix}.q_proj")
-    k = g.linear(x, w[f"{prefix}.k_proj.weight"], None, f"{prefix}.k_proj")
-    v = g.linear(x, w[f"{prefix}.v_proj.weight"], w[f"{prefix}.v_proj.bias"], f"{prefix}.v_proj")
-    return [g.split_heads(t, dims.n_heads, dims.head_dim) for t in (q, k, v)]
+    projections = [
+        g.linear(
+            x,
+            w[f"{prefix}.{p}_proj.weight"],
+            None if p == "k" else w[f"{prefix}.{p}_proj.bias"],
+            f"{prefix}.{p}_proj",
+            int8_input,
+        )
+        for p in "qkv"
+    ]
+    return [g.split_heads(t, dims.n_heads, dims.head_dim) for t in projections]
 
 
-def _attention_out(g: GraphBuilder, heads: str, w: WhisperWeights, prefix: str) -> str:
+def _attention_out(
+    g: GraphBuilder, heads: str, w: WhisperWeights, prefix: str, int8_input: bool = False
+) -> str:
     merged = g.merge_heads(heads, w.dims().d_model)
     return g.linear(
-        merged, w[f"{prefix}.out_proj.weight"], w[f"{prefix}.out_proj.bias"], f"{prefix}.out_proj"
+        merged,
+        w[f"{prefix}.out_proj.weight"],
+        w[f"{prefix}.out_proj.bias"],
+        f"{prefix}.out_proj",
+        int8_input,
     )
 
 
-def _feed_forward(g: GraphBuilder, x: str, w: WhisperWeights, layer: str) -> str:
-    """x + fc2(gelu(fc1(LN(x))))."""
+def _feed_forward(
+    g: GraphBuilder, x: str, w: WhisperWeights, layer: str, int8_input: bool = False
+) -> str:
+    """x + fc2(gelu(fc1(LN(x)))) (fc1 with an int8 input when `int8_input`)."""
     h = g.layer_norm(
         x,
         w[f"{layer}.final_layer_norm.weight"],
         w[f"{layer}.final_layer_norm.bias"],
         f"{layer}.final_layer_norm",
     )
-    h = g.gelu(g.linear(h, w[f"{layer}.fc1.weight"], w[f"{layer}.fc1.bias"], f"{layer}.fc1"))
-    h = g.linear(h, w[f"{layer}.fc2.weight"], w[f"{layer}.fc2.bias"], f"{layer}.fc2")
+    fc1 = g.linear(h, w[f"{layer}.fc1.weight"], w[f"{layer}.fc1.bias"], f"{layer}.fc1", int8_input)
+    h = g.linear(g.gelu(fc1), w[f"{layer}.fc2.weight"], w[f"{layer}.fc2.bias"], f"{layer}.fc2")
     return g.op("Add", [x, h])
 
 
@@ -58,13 +83,18 @@ def build_encoder(
 ) -> onnx.ModelProto:
     """input_features [B, n_mels, 3000] -> cross_k_i, cross_v_i [B, H, 1500, Dh] per text layer.
 
-    The cross K/V projections (input: the encoder's final LayerNorm) take int8 inputs when
-    `input_ranges` gives their ranges; `probe_ranges` adds the outputs a calibration reads them
-    from (`GraphBuilder`). The layers' own projections stay as they are: with q/k/v (and out and
-    fc1) in int8 as well the live path changed a word on jfk ("so my" -> "so am I"), and fc2's
-    input (after the GELU) has outliers one scale per tensor loses words over
-    (`benchmarks/results/encoder_int8.md`)."""
+    With `input_ranges` (max |x| per channel, probed) the layers' q/k/v, out and fc1
+    projections and the cross K/V projections (input: the encoder's final LayerNorm) take int8
+    inputs, smoothed (`app.export.smoothing`; unsmoothed, the q/k/v and cross projections'
+    int8 inputs changed a word of jfk on the live path, "so my" -> "so am I"); fc2's input
+    (after the GELU) stays bf16/f32: its outliers lost words in int8 even smoothed
+    (`benchmarks/results/encoder_int8.md`). `probe_ranges` adds the outputs a calibration
+    reads the ranges from (`GraphBuilder`)."""
     dims = w.dims()
+    factors: dict[str, np.ndarray] = {}
+    if input_ranges is not None and weight_format.int8_inputs and not probe_ranges:
+        factors = encoder_factors(w, input_ranges)
+        input_ranges = smoothed_ranges(input_ranges, factors)
     g = GraphBuilder("whisper_encoder", weight_format, input_ranges, probe_ranges)
     features = g.input("input_features", np.float32, ["batch", dims.n_mels, contract.N_FRAMES])
     x = features
@@ -87,11 +117,14 @@ def build_encoder(
     x = g.op("Add", [x, g.weight("model.encoder.embed_positions.weight", positions)])
     for i in range(dims.n_audio_layer):
         layer = f"model.encoder.layers.{i}"
-        h = _pre_norm(g, x, w, f"{layer}.self_attn_layer_norm")
-        q, k, v = _self_attention_qkv(g, h, w, f"{layer}.self_attn")
+        lw = smoothed_layer(w, layer, factors) if factors else w
+        h = _pre_norm(g, x, lw, f"{layer}.self_attn_layer_norm")
+        q, k, v = _self_attention_qkv(g, h, lw, f"{layer}.self_attn", int8_input=True)
         heads = g.attention(q, k, v, dims.head_dim)
-        x = g.op("Add", [x, _attention_out(g, heads, w, f"{layer}.self_attn")])
-        x = _feed_forward(g, x, w, layer)
+        x = g.op("Add", [x, _attention_out(g, heads, lw, f"{layer}.self_attn", int8_input=True)])
+        x = _feed_forward(g, x, lw, layer, int8_input=True)
+        del lw
+    w = smoothed_cross(w, factors) if factors else w
     x = _pre_norm(g, x, w, "model.encoder.layer_norm")  # encoder output [B, 1500, D]
 
     cross_shape = ["batch", dims.n_heads, dims.n_audio_ctx, dims.head_dim]
@@ -170,19 +203,6 @@ def _cross_attention(g: GraphBuilder, q: str, k: str, v: str, head_dim: int) -> 
 
 LOGITS_INPUT = "model.decoder.logits"  # the range name of the logits projection's input
 EMBEDDING = "model.decoder.embed_tokens.weight"
-
-
-def logits_smoothing(reach: np.ndarray, embedding: np.ndarray) -> np.ndarray:
-    """SmoothQuant's factors (alpha 0.5) for the logits projection: s = sqrt(max |x| / max |W|)
-    per channel, geometric mean 1. The final LayerNorm's output has a few channels far above the
-    rest (base: one at 454 where the median channel reaches 24), and one int8 scale per tensor
-    sized for them leaves the others a handful of steps; over real decoder inputs (the
-    calibration windows) the logits' KL divergence from exact was 9.6e-3 without and 1.35e-3
-    with it (base; tiny.en 1.2e-3 -> 2.5e-4), against 3.1e-4 / 1.6e-4 for bf16 inputs over
-    group-quantized weights."""
-    w_reach = np.abs(embedding).max(axis=0)
-    s = np.sqrt(np.maximum(reach, 1e-6) / np.maximum(w_reach, 1e-6))
-    return (s / np.exp(np.log(s).mean())).astype(np.float32)
 
 
 def _embed(
@@ -303,14 +323,16 @@ def build_decoder(
 
     The logits projection takes int8 inputs when `input_ranges` gives `LOGITS_INPUT`'s ranges
     (`probe_ranges`: the probe that measures them, as for the encoder), smoothed
-    (`logits_smoothing`); the token embedding is then one int8 table both read. The layers' own
-    projections stay as they are."""
+    (`app.export.smoothing`; over real decoder inputs the logits' KL divergence from exact
+    was 9.6e-3 without and 1.35e-3 with it at base, 1.2e-3 -> 2.5e-4 at tiny.en); the token
+    embedding is then one int8 table both read. The layers' own projections stay as they
+    are."""
     dims = w.dims()
     if not alignment_heads:
         raise ValueError("the model has no alignment heads: word timing needs them")
     smoothing = None
     if input_ranges is not None and not probe_ranges:
-        smoothing = logits_smoothing(input_ranges[LOGITS_INPUT], w[EMBEDDING])
+        smoothing = smoothing_factors(input_ranges[LOGITS_INPUT], [w[EMBEDDING]])
         input_ranges = {**input_ranges, LOGITS_INPUT: input_ranges[LOGITS_INPUT] / smoothing}
     g = GraphBuilder("whisper_decoder", weight_format, input_ranges, probe_ranges)
     input_ids = g.input("input_ids", np.int64, ["batch", "new"])

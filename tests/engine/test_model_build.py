@@ -248,7 +248,10 @@ def test_local_ct2_folder_fp16_build(tmp_path: Path, tiny_source) -> None:
     np.testing.assert_array_equal(sessions.encode(features)[0], reference.encode(features)[0])
 
 
-CROSS_INT8_INPUTS = ("encoder_attn.k_proj", "encoder_attn.v_proj")  # not the encoder's layers
+CROSS_INT8_INPUTS = ("encoder_attn.k_proj", "encoder_attn.v_proj")
+# each encoder layer's linear layers but fc2 (its input, after the GELU, lost words in int8)
+ENCODER_INT8_INPUTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                       "self_attn.out_proj", "fc1")  # fmt: skip
 
 
 def _int8_input_layers(path: Path) -> set[str]:
@@ -290,7 +293,7 @@ def test_int8_build_is_smaller_and_transcribes_like_fp16(
     assert stored["model.decoder.layers.0.fc1.bias"] == onnx.TensorProto.FLOAT16
     assert _int8_input_layers(summary.folder / "encoder.onnx") == {
         f"model.decoder.layers.{i}.{p}" for i in range(4) for p in CROSS_INT8_INPUTS
-    }
+    } | {f"model.encoder.layers.{i}.{p}" for i in range(4) for p in ENCODER_INT8_INPUTS}
     # the logits projection: int8 inputs over the int8 token embedding it shares with the lookup
     assert _int8_input_layers(summary.folder / "decoder.onnx") == {
         "model.decoder.embed_tokens.weight"

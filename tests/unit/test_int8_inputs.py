@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from app.export.graph_builder import RANGE_OUTPUT, GraphBuilder, WeightFormat
-from app.export.whisper_graphs import logits_smoothing
+from app.export.smoothing import smoothing_factors
 from app.runtime.graphs import openvino_core
 from app.runtime.sessions import cpu_has_native_bf16, open_graph
 
@@ -163,7 +163,8 @@ def test_smoothing_keeps_the_rows_and_shrinks_the_error_an_outlier_channel_cause
     exact = x @ table.T
     ids = np.array([[3, 90, 7, 127]], np.int64)
     errors = {}
-    for name, smoothing in (("plain", None), ("smooth", logits_smoothing(np.abs(x).max(0), table))):
+    smoothed = smoothing_factors(np.abs(x).max(0), [table])
+    for name, smoothing in (("plain", None), ("smooth", smoothed)):
         reach = np.abs(x).max(0) if smoothing is None else np.abs(x).max(0) / smoothing
         path = _table_graph(tmp_path / f"{name}.onnx", table, float(reach.max()), smoothing)
         graph = open_graph(path, "openvino", "CPU", 1, inference_precision="f32")

@@ -1,0 +1,130 @@
+"""SmoothQuant (Xiao et al. 2023) for the graphs' int8 inputs: per-channel factors that move an
+input's outlier channels into the weights that read it.
+
+An int8 input has one scale per tensor (`GraphBuilder`), sized by its largest channel; where a
+few channels reach far above the rest (after a LayerNorm: base's final one has a channel at 454
+where the median reaches 24) the others are left a handful of int8 steps. With factors s per
+input channel, x @ W^T is computed as (x / s) @ (W * s)^T: the same product, an input whose
+channels are closer in range, and weights (int8 with a scale per output channel) that take the
+outliers on. Where x is a LayerNorm's output the division folds into its scale and shift; where
+it is the attention's output (softmax(q k^T) v, linear in v per channel) into the v projection:
+the graph computes exactly what it did, with no extra operation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from app.export.weights import WhisperWeights
+
+
+def smoothing_factors(
+    reach: np.ndarray, readers: Sequence[np.ndarray], alpha: float = 0.5
+) -> np.ndarray:
+    """Factors s [in] (s = max |x| ^ alpha / max |W| ^ (1 - alpha) per input channel, scaled to
+    a geometric mean of 1) for an input whose max |x| per channel is `reach` [in], read by the
+    matrices `readers` ([out, in] each). alpha 0.5 splits the range evenly; nearer 1 moves more
+    of it into the weights, whose int8 scale is per output channel."""
+    w_reach = np.max([np.abs(w).max(axis=0) for w in readers], axis=0)
+    s = np.maximum(reach, 1e-6) ** alpha / np.maximum(w_reach, 1e-6) ** (1 - alpha)
+    return (s / np.exp(np.log(s).mean())).astype(np.float32)
+
+
+def _attention_input(layer: str) -> str:
+    return f"{layer}.self_attn.q_proj"  # the range of the first layer reading LN1's output
+
+
+def _attention_output(layer: str) -> str:
+    return f"{layer}.self_attn.out_proj"
+
+
+def _feed_forward_input(layer: str) -> str:
+    return f"{layer}.fc1"
+
+
+CROSS_INPUT = "model.decoder.layers.0.encoder_attn.k_proj"  # the encoder output's range
+# The encoder's alpha: the relative error of base's cross K/V (16 devcorpus windows, bf16, against
+# the fp32 graph in f32) was 5.1 % with the cross projections' inputs alone in int8 unsmoothed,
+# 7.9 % with every input but fc2's at alpha 0.5 and 5.2 % at 0.85 (tiny.en 3.6, 4.4 and 3.1 %):
+# `benchmarks/results/encoder_int8.md`.
+ENCODER_ALPHA = 0.85
+
+
+def _readers(w: WhisperWeights, layer: str) -> dict[str, list[str]]:
+    """The matrices reading each int8 input of one encoder layer, by the input's range name."""
+    attn = f"{layer}.self_attn"
+    return {
+        _attention_input(layer): [f"{attn}.{p}_proj.weight" for p in "qkv"],
+        _attention_output(layer): [f"{attn}.out_proj.weight"],
+        _feed_forward_input(layer): [f"{layer}.fc1.weight"],
+    }
+
+
+def encoder_factors(w: WhisperWeights, ranges: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The factors of each int8 input of the encoder graph (its layers' and the cross K/V
+    projections'), by range name, from the probed `ranges`."""
+    dims = w.dims()
+    cross = [
+        w[f"model.decoder.layers.{i}.encoder_attn.{p}_proj.weight"]
+        for i in range(dims.n_text_layer)
+        for p in "kv"
+    ]
+    factors = {CROSS_INPUT: smoothing_factors(ranges[CROSS_INPUT], cross, ENCODER_ALPHA)}
+    for i in range(dims.n_audio_layer):
+        for name, readers in _readers(w, f"model.encoder.layers.{i}").items():
+            factors[name] = smoothing_factors(ranges[name], [w[r] for r in readers], ENCODER_ALPHA)
+    return factors
+
+
+def smoothed_ranges(
+    ranges: Mapping[str, np.ndarray], factors: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The ranges of the smoothed inputs (x / s per channel)."""
+    return {name: r / factors[name] if name in factors else r for name, r in ranges.items()}
+
+
+def smoothed_layer(
+    w: WhisperWeights, layer: str, factors: Mapping[str, np.ndarray]
+) -> WhisperWeights:
+    """`w` with one encoder layer's tensors folded: LN1 and LN2 divided by their outputs'
+    factors and q/k/v and fc1 multiplied by them; the v projection divided by the attention
+    output's factors and the out projection multiplied by them. The other tensors are shared."""
+    attn = f"{layer}.self_attn"
+    s_in, s_out = factors[_attention_input(layer)], factors[_attention_output(layer)]
+    s_ff = factors[_feed_forward_input(layer)]
+    folded: dict[str, np.ndarray] = {}
+
+    def scale(name: str, s: np.ndarray, divide: bool = False, axis: int = -1) -> None:
+        value = folded.get(name, np.asarray(w[name], np.float32))
+        shape = [1] * value.ndim
+        shape[axis] = len(s)
+        folded[name] = value / s.reshape(shape) if divide else value * s.reshape(shape)
+
+    for norm, s in ((f"{attn}_layer_norm", s_in), (f"{layer}.final_layer_norm", s_ff)):
+        scale(f"{norm}.weight", s, divide=True)
+        scale(f"{norm}.bias", s, divide=True)
+    for p in "qkv":
+        scale(f"{attn}.{p}_proj.weight", s_in)
+    scale(f"{attn}.v_proj.weight", s_out, divide=True, axis=0)
+    scale(f"{attn}.v_proj.bias", s_out, divide=True)
+    scale(f"{attn}.out_proj.weight", s_out)
+    scale(f"{layer}.fc1.weight", s_ff)
+    return dataclasses.replace(w, tensors={**w.tensors, **folded})
+
+
+def smoothed_cross(w: WhisperWeights, factors: Mapping[str, np.ndarray]) -> WhisperWeights:
+    """`w` with the encoder's final LayerNorm divided by its output's factors and every cross
+    K/V projection multiplied by them."""
+    s = factors[CROSS_INPUT]
+    norm = "model.encoder.layer_norm"
+    folded = {
+        f"{norm}.{p}": np.asarray(w[f"{norm}.{p}"], np.float32) / s for p in ("weight", "bias")
+    }
+    for i in range(w.dims().n_text_layer):
+        for p in "kv":
+            name = f"model.decoder.layers.{i}.encoder_attn.{p}_proj.weight"
+            folded[name] = np.asarray(w[name], np.float32) * s
+    return dataclasses.replace(w, tensors={**w.tensors, **folded})
