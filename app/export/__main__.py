@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         default="int8",
         help=(
             "weight storage: int8 = linear layers and the token embedding in int8 with a scale per"
-            " output channel and group of 64 inputs (the cross K/V projections: int8 inputs too,"
-            " scales calibrated on speech), the rest fp16; fp16; fp32"
+            " output channel and group of 64 inputs (the encoder's layers but fc2, the cross K/V"
+            " and the logits projections: int8 inputs too, smoothed, scales calibrated on"
+            " speech), the rest fp16; fp16; fp32"
             " (default: %(default)s)"
         ),
     )
