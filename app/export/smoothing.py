@@ -63,20 +63,25 @@ def _readers(w: WhisperWeights, layer: str) -> dict[str, list[str]]:
     }
 
 
+def _cross_readers(w: WhisperWeights) -> list[str]:
+    """The matrices reading the encoder's output: every text layer's cross K/V projection."""
+    return [
+        f"model.decoder.layers.{i}.encoder_attn.{p}_proj.weight"
+        for i in range(w.dims().n_text_layer)
+        for p in "kv"
+    ]
+
+
 def encoder_factors(w: WhisperWeights, ranges: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The factors of each int8 input of the encoder graph (its layers' and the cross K/V
     projections'), by range name, from the probed `ranges`."""
-    dims = w.dims()
-    cross = [
-        w[f"model.decoder.layers.{i}.encoder_attn.{p}_proj.weight"]
-        for i in range(dims.n_text_layer)
-        for p in "kv"
-    ]
-    factors = {CROSS_INPUT: smoothing_factors(ranges[CROSS_INPUT], cross, ENCODER_ALPHA)}
-    for i in range(dims.n_audio_layer):
-        for name, readers in _readers(w, f"model.encoder.layers.{i}").items():
-            factors[name] = smoothing_factors(ranges[name], [w[r] for r in readers], ENCODER_ALPHA)
-    return factors
+    readers = {CROSS_INPUT: _cross_readers(w)}
+    for i in range(w.dims().n_audio_layer):
+        readers.update(_readers(w, f"model.encoder.layers.{i}"))
+    return {
+        name: smoothing_factors(ranges[name], [w[r] for r in matrices], ENCODER_ALPHA)
+        for name, matrices in readers.items()
+    }
 
 
 def smoothed_ranges(
@@ -86,6 +91,32 @@ def smoothed_ranges(
     return {name: r / factors[name] if name in factors else r for name, r in ranges.items()}
 
 
+def _scale(
+    folded: dict[str, np.ndarray],
+    w: WhisperWeights,
+    name: str,
+    s: np.ndarray,
+    divide: bool = False,
+    axis: int = -1,
+) -> None:
+    """folded[name] = the tensor (as folded so far, else from `w`) multiplied or divided by s
+    along `axis`."""
+    value = folded.get(name, np.asarray(w[name], np.float32))
+    shape = [1] * value.ndim
+    shape[axis] = len(s)
+    folded[name] = value / s.reshape(shape) if divide else value * s.reshape(shape)
+
+
+def _fold_norm(
+    folded: dict[str, np.ndarray], w: WhisperWeights, norm: str, readers: list[str], s: np.ndarray
+) -> None:
+    """The LayerNorm `norm` divided by s, the matrices `readers` of its output multiplied."""
+    for p in ("weight", "bias"):
+        _scale(folded, w, f"{norm}.{p}", s, divide=True)
+    for name in readers:
+        _scale(folded, w, name, s)
+
+
 def smoothed_layer(
     w: WhisperWeights, layer: str, factors: Mapping[str, np.ndarray]
 ) -> WhisperWeights:
@@ -93,38 +124,23 @@ def smoothed_layer(
     factors and q/k/v and fc1 multiplied by them; the v projection divided by the attention
     output's factors and the out projection multiplied by them. The other tensors are shared."""
     attn = f"{layer}.self_attn"
-    s_in, s_out = factors[_attention_input(layer)], factors[_attention_output(layer)]
-    s_ff = factors[_feed_forward_input(layer)]
+    readers = _readers(w, layer)
     folded: dict[str, np.ndarray] = {}
-
-    def scale(name: str, s: np.ndarray, divide: bool = False, axis: int = -1) -> None:
-        value = folded.get(name, np.asarray(w[name], np.float32))
-        shape = [1] * value.ndim
-        shape[axis] = len(s)
-        folded[name] = value / s.reshape(shape) if divide else value * s.reshape(shape)
-
-    for norm, s in ((f"{attn}_layer_norm", s_in), (f"{layer}.final_layer_norm", s_ff)):
-        scale(f"{norm}.weight", s, divide=True)
-        scale(f"{norm}.bias", s, divide=True)
-    for p in "qkv":
-        scale(f"{attn}.{p}_proj.weight", s_in)
-    scale(f"{attn}.v_proj.weight", s_out, divide=True, axis=0)
-    scale(f"{attn}.v_proj.bias", s_out, divide=True)
-    scale(f"{attn}.out_proj.weight", s_out)
-    scale(f"{layer}.fc1.weight", s_ff)
+    for norm, name in (
+        (f"{attn}_layer_norm", _attention_input(layer)),
+        (f"{layer}.final_layer_norm", _feed_forward_input(layer)),
+    ):
+        _fold_norm(folded, w, norm, readers[name], factors[name])
+    s_out = factors[_attention_output(layer)]
+    _scale(folded, w, f"{attn}.v_proj.weight", s_out, divide=True, axis=0)
+    _scale(folded, w, f"{attn}.v_proj.bias", s_out, divide=True)
+    _scale(folded, w, f"{attn}.out_proj.weight", s_out)
     return dataclasses.replace(w, tensors={**w.tensors, **folded})
 
 
 def smoothed_cross(w: WhisperWeights, factors: Mapping[str, np.ndarray]) -> WhisperWeights:
     """`w` with the encoder's final LayerNorm divided by its output's factors and every cross
     K/V projection multiplied by them."""
-    s = factors[CROSS_INPUT]
-    norm = "model.encoder.layer_norm"
-    folded = {
-        f"{norm}.{p}": np.asarray(w[f"{norm}.{p}"], np.float32) / s for p in ("weight", "bias")
-    }
-    for i in range(w.dims().n_text_layer):
-        for p in "kv":
-            name = f"model.decoder.layers.{i}.encoder_attn.{p}_proj.weight"
-            folded[name] = np.asarray(w[name], np.float32) * s
+    folded: dict[str, np.ndarray] = {}
+    _fold_norm(folded, w, "model.encoder.layer_norm", _cross_readers(w), factors[CROSS_INPUT])
     return dataclasses.replace(w, tensors={**w.tensors, **folded})

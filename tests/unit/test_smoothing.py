@@ -53,7 +53,8 @@ def _norm(x: np.ndarray, w: WhisperWeights, name: str) -> np.ndarray:
 
 
 def _layer(x: np.ndarray, w: WhisperWeights) -> dict[str, np.ndarray]:
-    """The layer up to fc1 in numpy: each int8 input (by range name) and fc1's output."""
+    """The layer up to fc1, and the cross K/V projections over a LayerNorm standing in for the
+    encoder's final one, in numpy: each int8 input (by range name) and the outputs."""
     h = _norm(x, w, f"{ATTN}_layer_norm")
     q, k, v = (
         h @ w[f"{ATTN}.{p}_proj.weight"].T + (0 if p == "k" else w[f"{ATTN}.{p}_proj.bias"])
