@@ -277,6 +277,11 @@ class HealthModel(BaseModel):
     name: str
     multilingual: bool
     devices: dict[str, str]
+    arithmetic: dict[str, str] = Field(
+        description="Per stage, what it computes in: the precision, and how the int8-input "
+        "layers multiply on this CPU (int8 x int8 where it has int8 dot products, else in float "
+        "on their int8 grids)."
+    )
     load_s: float
     warmup_s: float
     memory_bytes: int | None = Field(

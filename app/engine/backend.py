@@ -24,6 +24,11 @@ class WhisperBackend(Protocol):
     def devices(self) -> dict[str, str]: ...
 
     @property
+    def arithmetic(self) -> dict[str, str]:
+        """What each stage computes in (precision; how its int8-input layers multiply)."""
+        ...
+
+    @property
     def kv_dtype(self) -> np.dtype:
         """The dtype of every K/V array the calls take and give (f32, or bf16 where the decoder
         computes bf16)."""

@@ -25,9 +25,11 @@ from app.export.graph_builder import RANGE_OUTPUT
 from app.runtime import contract
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, Manifest
 from app.runtime.graphs import OpenVINOGraph
+from app.runtime.sessions import int8_input_properties
 
 CALIBRATION_AUDIO = Path(__file__).with_name("calibration")
-F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+# f32, the int8-input layers exact on this CPU (in float where it has no int8 dot products)
+F32 = {"INFERENCE_PRECISION_HINT": "f32", **int8_input_properties()}
 DECODED_TOKENS = 64  # tokens decoded per window for the probe decoder
 
 

@@ -29,6 +29,14 @@ BF16 = np.dtype(ml_dtypes.bfloat16)  # host dtype of bf16 inputs and outputs
 OPENVINO = "OpenVINO"  # `Graph.provider` of graphs run by OpenVINO
 ORT_CPU = "CPUExecutionProvider"  # ... and by ONNX Runtime's CPU provider
 _STATIC_DEVICES = ("NPU",)  # devices that compile a graph for fixed input shapes only
+# What makes each runtime compute the int8-input layers in float, exactly on their int8 grids,
+# for a CPU without int8 dot products (there int8 x int8 pair sums saturate: `cpu_kind`): OpenVINO
+# CPU's low-precision transformations off (a QuantizeLinear/DequantizeLinear pair then runs as
+# the rounding it means, the int8 weights expanded inside an f32 product), ONNX Runtime's QDQ
+# fusion off. On an AVX2 CPU that is also the faster route: a tiny.en encoder window took 750 ms
+# so against 932 ms through the (saturating) int8 kernels (`benchmarks/results/cpu_kinds.md`).
+FLOAT_INT8_INPUTS = {"LP_TRANSFORMS_MODE": "NO"}
+_ORT_FLOAT_INT8_INPUTS = ("session.disable_quant_qdq", "1")
 
 
 class Graph(Protocol):
@@ -63,8 +71,11 @@ class OrtGraph:
 
     provider = ORT_CPU
 
-    def __init__(self, path: Path, threads: int) -> None:
+    def __init__(self, path: Path, threads: int, float_int8_inputs: bool = False) -> None:
+        """float_int8_inputs: the int8-input layers in float (`FLOAT_INT8_INPUTS`)."""
         options = ort.SessionOptions()
+        if float_int8_inputs:
+            options.add_session_config_entry(*_ORT_FLOAT_INT8_INPUTS)
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3

@@ -7,9 +7,7 @@ silent CPU fallback. `ep="cpu"`: ONNX Runtime's CPU provider, the reference. See
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +16,15 @@ import numpy as np
 
 from app.runtime import alignment, contract, mapped_weights
 from app.runtime.contract import ContractError, Manifest
-from app.runtime.graphs import BF16, Graph, OpenVINOGraph, OrtGraph, openvino_devices
+from app.runtime.cpu_kind import CpuKind, this_cpu
+from app.runtime.graphs import (
+    BF16,
+    FLOAT_INT8_INPUTS,
+    Graph,
+    OpenVINOGraph,
+    OrtGraph,
+    openvino_devices,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,28 +101,7 @@ ACTIVATION_QUANTIZATION = ("auto", "on", "off")
 ACTIVATION_GROUP = 32  # inputs per quantization scale when activations are quantized
 
 
-@functools.cache
-def cpu_has_native_bf16() -> bool:
-    """True when this CPU computes bf16 natively (AVX-512 BF16 or AMX), per /proc/cpuinfo."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
-
-
-def cpu_has_int8_dot_products() -> bool:
-    """True when this CPU has int8 dot-product instructions (AVX-512 VNNI, AVX-VNNI or AMX):
-    OpenVINO CPU only quantizes activations with them (on an AVX2-only AMD EPYC, 2026-11-28, a
-    decoder step's logits were bit for bit the same with it on and off)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return bool(re.search(r"\b(avx512_vnni|avx_vnni|amx_int8)\b", flags))
-
-
-def _activation_groups(precision: str | None, activation_quantization: str) -> int:
+def _activation_groups(precision: str | None, activation_quantization: str, kind: CpuKind) -> int:
     """OpenVINO CPU's `DYNAMIC_QUANTIZATION_GROUP_SIZE` for int8 weights (0 = off).
 
     Measured on a CPU without native bf16 (f32 compute, `benchmarks/results/decoder_state.md`):
@@ -127,7 +112,7 @@ def _activation_groups(precision: str | None, activation_quantization: str) -> i
     there. Without int8 dot products (AVX2 only) OpenVINO does not apply it: auto = off, so the
     settings say what runs (and a row's logits then differ by ~1e-5 with the rows beside it)."""
     if activation_quantization == "auto":
-        exact = precision in ("bf16", "f16") or not cpu_has_int8_dot_products()
+        exact = precision in ("bf16", "f16") or not kind.int8_dot_products
         activation_quantization = "off" if exact else "on"
     return ACTIVATION_GROUP if activation_quantization == "on" else 0
 
@@ -138,16 +123,20 @@ def openvino_properties(
     activation_quantization: str = "auto",
     threads: int = 0,
     cache_dir: Path | None = None,
+    kind: CpuKind | None = None,
 ) -> dict[str, str]:
-    """OpenVINO compile properties for one graph on `device`."""
+    """OpenVINO compile properties for one graph on `device`, for the CPU `kind` (default: this
+    one, as `ONEDNN_MAX_CPU_ISA` holds it)."""
+    kind = kind or this_cpu()
     family = device.split(".")[0]
     properties: dict[str, str] = {}
-    precision = resolved_precision(device, precision)
+    precision = resolved_precision(device, precision, kind)
     if precision:
         properties["INFERENCE_PRECISION_HINT"] = precision
     if family == "CPU":
-        groups = _activation_groups(precision, activation_quantization)
+        groups = _activation_groups(precision, activation_quantization, kind)
         properties["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(groups)
+        properties.update(int8_input_properties(kind))
         if threads:
             properties["INFERENCE_NUM_THREADS"] = str(threads)
     if cache_dir is not None:
@@ -156,16 +145,45 @@ def openvino_properties(
     return properties
 
 
-def resolved_precision(device: str, precision: str | None) -> str | None:
+def int8_input_properties(kind: CpuKind | None = None) -> dict[str, str]:
+    """OpenVINO CPU properties for int8-input layers on the CPU `kind` (default: this one): none
+    where it has int8 dot products, else those that run such layers in float on their int8 grids
+    (`graphs.FLOAT_INT8_INPUTS`)."""
+    return {} if (kind or this_cpu()).int8_dot_products else dict(FLOAT_INT8_INPUTS)
+
+
+def resolved_precision(
+    device: str, precision: str | None, kind: CpuKind | None = None
+) -> str | None:
     """The precision a graph computes in on `device`: "auto" = bf16 on a CPU with native bf16;
     None (or "auto" elsewhere) = f32 on a CPU (named: OpenVINO's own CPU default is bf16 where
     the CPU has it), the device's default on GPU and NPU (None)."""
     cpu = device.split(".")[0] == "CPU"
-    if precision == "auto" and cpu and cpu_has_native_bf16():
+    if precision == "auto" and cpu and (kind or this_cpu()).native_bf16:
         return "bf16"
     if precision in ("auto", None):
         return "f32" if cpu else None
     return precision
+
+
+def arithmetic(
+    ep: str, device: str, precision: str | None, int8_inputs: bool, kind: CpuKind | None = None
+) -> str:
+    """What a graph computes in, as `/health` and the start-up log say it: e.g. "bf16, int8
+    inputs int8 x int8 (AVX-512 BF16 + AMX)", "f32, int8 inputs in float on their int8 grids
+    (AVX2)". int8_inputs: the model's files have int8-input layers."""
+    kind = kind or this_cpu()
+    family = device.split(".")[0]
+    if ep == "cpu":
+        compute = "f32"
+    else:
+        compute = resolved_precision(device, precision, kind) or f"the {family} default"
+    if not int8_inputs:
+        return compute
+    if ep == "openvino" and family != "CPU":
+        return f"{compute}, int8 inputs as the {family} plugin runs them"
+    how = "int8 x int8" if kind.int8_dot_products else "in float on their int8 grids"
+    return f"{compute}, int8 inputs {how} ({kind.name})"
 
 
 def open_graph(
@@ -182,7 +200,7 @@ def open_graph(
     (`ep="cpu"`); `bf16_ports` (OpenVINO) are the inputs and outputs handed over as bf16."""
     try:
         if ep == "cpu":
-            return OrtGraph(path, threads)
+            return OrtGraph(path, threads, float_int8_inputs=not this_cpu().int8_dot_products)
         properties = openvino_properties(
             device,
             inference_precision,
@@ -215,10 +233,12 @@ class WhisperSessions:
         devices: dict[str, str],
         ep: str,
         kv_dtype: np.dtype,
+        arithmetic: dict[str, str],
     ) -> None:
         self.folder = folder
         self.manifest = manifest
         self.devices = devices
+        self.arithmetic = arithmetic
         self.ep = ep
         self.kv_dtype = kv_dtype
         self._encoder = encoder
@@ -270,6 +290,7 @@ class WhisperSessions:
             and resolved_precision(devices["decoder"], options.inference_precision) == "bf16"
         )
         graphs: dict[str, Graph] = {}
+        computes: dict[str, str] = {}
         for stage in ("encoder", "decoder"):
             started = time.perf_counter()
             graph = open_graph(
@@ -294,10 +315,25 @@ class WhisperSessions:
                 time.perf_counter() - started,
             )
             graphs[stage] = graph
+            computes[stage] = arithmetic(
+                options.ep,
+                devices[stage],
+                options.inference_precision,
+                int8_inputs=manifest.precision == "int8",
+            )
+            log.info("%s/%s computes in %s", folder.name, stage, computes[stage])
         devices["aligner"] = devices["decoder"]  # word timing runs on the decoder's graph
+        computes["aligner"] = computes["decoder"]
         kv_dtype = BF16 if bf16_kv else np.dtype(np.float32)
         return cls(
-            folder, manifest, graphs["encoder"], graphs["decoder"], devices, options.ep, kv_dtype
+            folder,
+            manifest,
+            graphs["encoder"],
+            graphs["decoder"],
+            devices,
+            options.ep,
+            kv_dtype,
+            computes,
         )
 
     @property

@@ -139,6 +139,10 @@ class BatchingSessions:
         return self.inner.devices
 
     @property
+    def arithmetic(self) -> dict[str, str]:
+        return self.inner.arithmetic
+
+    @property
     def kv_dtype(self) -> np.dtype:
         return self.inner.kv_dtype
 

@@ -45,6 +45,7 @@ class ModelInfo:
     name: str
     multilingual: bool
     devices: dict[str, str]  # {"encoder": "CPU", "decoder": "CPU"}
+    arithmetic: dict[str, str]  # per stage: precision, how int8-input layers multiply
     load_s: float
     warmup_s: float
     created: int  # unix time the folder was built (manifest mtime)

@@ -94,11 +94,12 @@ def open_model(name: str, folder: Path, options: OpenOptions, vad: SileroVad | N
     model.memory_bytes = max(0, rss_bytes() - rss0)
     info = model.info
     log.info(
-        "model %s loaded in %.2f s, warmed up in %.2f s; devices %s; RSS +%.0f MB",
+        "model %s loaded in %.2f s, warmed up in %.2f s; devices %s; arithmetic %s; RSS +%.0f MB",
         name,
         info.load_s,
         info.warmup_s,
         info.devices,
+        info.arithmetic,
         model.memory_bytes / 2**20,
     )
     return model

@@ -84,6 +84,7 @@ class LoadedModel:
             name=self.name,
             multilingual=self.multilingual,
             devices=dict(self.sessions.devices),
+            arithmetic=dict(self.sessions.arithmetic),
             load_s=round(self._load_s, 3),
             warmup_s=round(self._warmup_s, 3),
             created=self._created,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from app.runtime.cpu_kind import this_cpu
 from tests.api.conftest import JFK_TEXT, JFK_WAV, LiveServer, assert_openai_error, normalise
 
 pytestmark = pytest.mark.timeout(120)
@@ -136,6 +137,10 @@ def test_health_and_metrics(http: httpx.Client) -> None:
     assert [m["name"] for m in health["models"]] == ["tiny.en"]
     devices = health["models"][0]["devices"]
     assert set(devices) == {"encoder", "decoder", "aligner"} and all(devices.values())
+    arithmetic = health["models"][0]["arithmetic"]  # the CPU kind the server computes for
+    assert set(arithmetic) == set(devices) and this_cpu().name in arithmetic["encoder"]
+    int8 = "int8 x int8" if this_cpu().int8_dot_products else "in float on their int8 grids"
+    assert f"int8 inputs {int8}" in arithmetic["decoder"]
     text = http.get("/metrics").text
     for name in (
         "stt_http_requests_total",

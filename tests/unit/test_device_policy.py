@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from app.runtime import sessions
-from app.runtime.sessions import DeviceError, RuntimeOptions, openvino_properties, resolve_device
+from app.runtime.cpu_kind import cpu_flags, kind_of
+from app.runtime.sessions import (
+    DeviceError,
+    RuntimeOptions,
+    arithmetic,
+    openvino_properties,
+    resolve_device,
+)
 
 
 @pytest.mark.parametrize(
@@ -37,34 +43,80 @@ def test_bad_options_are_refused() -> None:
         RuntimeOptions(inference_precision="int4")
 
 
-def test_auto_precision(monkeypatch: pytest.MonkeyPatch) -> None:
+BF16_CPU = kind_of(frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}), None)
+VNNI_CPU = kind_of(frozenset({"avx2", "avx512f", "avx512_vnni"}), None)
+AVX2_CPU = kind_of(frozenset({"avx2", "fma"}), None)
+
+
+def test_auto_precision_follows_the_cpu_kind() -> None:
     off = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
     on = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"}
-    monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: True)
-    assert openvino_properties("CPU", "auto") == {
+    assert openvino_properties("CPU", "auto", kind=BF16_CPU) == {
         "INFERENCE_PRECISION_HINT": "bf16",  # bf16: activations stay bf16
         **off,
     }
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}  # named: OpenVINO's own default there is bf16
-    assert openvino_properties("CPU", None).items() >= f32.items()
-    assert openvino_properties("GPU", "auto") == {}
-    monkeypatch.setattr(sessions, "cpu_has_native_bf16", lambda: False)
-    monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: True)
-    assert openvino_properties("CPU", "auto") == {**f32, **on}  # int8 x int8 products
-    assert openvino_properties("CPU", None) == {**f32, **on}
-    monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: False)
-    assert openvino_properties("CPU", "auto") == {**f32, **off}  # AVX2 only: not applied
-    assert openvino_properties("CPU", None, "on") == {**f32, **on}  # asked for: as asked
-    monkeypatch.setattr(sessions, "cpu_has_int8_dot_products", lambda: True)
-    assert openvino_properties("CPU", "f32", "off") == {
-        "INFERENCE_PRECISION_HINT": "f32",
-        **off,
-    }
-    assert openvino_properties("CPU", "bf16", "on") == {
-        "INFERENCE_PRECISION_HINT": "bf16",
-        **on,
-    }
-    assert openvino_properties("NPU", "f16") == {"INFERENCE_PRECISION_HINT": "f16"}
+    assert openvino_properties("CPU", None, kind=BF16_CPU).items() >= f32.items()
+    assert openvino_properties("GPU", "auto", kind=BF16_CPU) == {}
+    assert openvino_properties("CPU", "auto", kind=VNNI_CPU) == {**f32, **on}  # int8 x int8
+    assert openvino_properties("CPU", None, kind=VNNI_CPU) == {**f32, **on}
+    assert openvino_properties("CPU", "f32", "off", kind=VNNI_CPU) == {**f32, **off}
+    bf16 = {"INFERENCE_PRECISION_HINT": "bf16"}
+    assert openvino_properties("CPU", "bf16", "on", kind=VNNI_CPU) == {**bf16, **on}
+    assert openvino_properties("NPU", "f16", kind=AVX2_CPU) == {"INFERENCE_PRECISION_HINT": "f16"}
+
+
+def test_without_int8_dot_products_int8_inputs_are_computed_in_float() -> None:
+    float_int8 = {"LP_TRANSFORMS_MODE": "NO"}
+    f32 = {"INFERENCE_PRECISION_HINT": "f32"}
+    off = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+    assert openvino_properties("CPU", "auto", kind=AVX2_CPU) == {**f32, **off, **float_int8}
+    asked = openvino_properties("CPU", None, "on", kind=AVX2_CPU)  # asked for: as asked
+    assert asked == {**f32, "DYNAMIC_QUANTIZATION_GROUP_SIZE": "32", **float_int8}
+    for kind in (BF16_CPU, VNNI_CPU):
+        assert "LP_TRANSFORMS_MODE" not in openvino_properties("CPU", "auto", kind=kind)
+    assert "LP_TRANSFORMS_MODE" not in openvino_properties("GPU", "auto", kind=AVX2_CPU)
+    assert arithmetic("openvino", "CPU", "auto", True, AVX2_CPU) == (
+        "f32, int8 inputs in float on their int8 grids (AVX2)"
+    )
+    assert arithmetic("openvino", "CPU", "auto", True, BF16_CPU) == (
+        "bf16, int8 inputs int8 x int8 (AVX-512 BF16)"
+    )
+    assert arithmetic("cpu", "CPU", "auto", False, BF16_CPU) == "f32"
+    assert arithmetic("openvino", "NPU", None, True, AVX2_CPU) == (
+        "the NPU default, int8 inputs as the NPU plugin runs them"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "cap", "dot_products", "bf16", "name"),
+    [
+        ("avx2 fma", None, False, False, "AVX2"),  # AMD Zen 1-3, Intel before Ice Lake
+        ("avx2 avx_vnni", None, True, False, "AVX2 + AVX-VNNI"),  # Core Ultra, N100
+        ("avx2 avx512f", None, False, False, "AVX-512 without VNNI"),  # Skylake-SP
+        ("avx2 avx512f avx512_vnni", None, True, False, "AVX-512 VNNI"),
+        ("avx2 avx512f avx512_vnni avx512_bf16", None, True, True, "AVX-512 BF16"),
+        ("avx2 avx512f avx512_vnni avx512_bf16 amx_int8 amx_bf16", None, True, True, "AMX"),
+        ("avx2 avx512f avx512_vnni avx512_bf16", "AVX2", False, False, "AVX2 (held by"),
+        ("avx2 avx_vnni avx512f avx512_vnni", "avx2_vnni", True, False, "AVX2 + AVX-VNNI (held"),
+        ("avx2 avx_vnni avx512f avx512_vnni", "AVX512_CORE", False, False, "without VNNI (held"),
+        ("avx2 avx512f avx512_vnni amx_int8 amx_bf16", "AVX512_CORE_VNNI", True, False, "VNNI ("),
+        ("avx2 avx512f", "AVX512_CORE_AMX", False, False, "AVX-512 without VNNI (held"),
+        ("avx2 avx512f avx512_vnni", "NOT_AN_ISA", True, False, "AVX-512 VNNI"),  # ignored
+    ],
+)
+def test_the_cpu_kind_is_what_the_flags_allow_under_the_isa_cap(
+    flags: str, cap: str | None, dot_products: bool, bf16: bool, name: str
+) -> None:
+    kind = kind_of(frozenset(flags.split()), cap)
+    assert (kind.int8_dot_products, kind.native_bf16) == (dot_products, bf16)
+    assert name in kind.name
+
+
+def test_cpu_flags_are_read_from_cpuinfo() -> None:
+    text = "processor\t: 0\nflags\t\t: fpu avx2 avx512_vnni\nbugs\t\t: spectre\n"
+    assert cpu_flags(text) == frozenset({"fpu", "avx2", "avx512_vnni"})
+    assert cpu_flags("") == frozenset()
     with pytest.raises(DeviceError, match="activation quantization"):
         RuntimeOptions(activation_quantization="int4")
 

@@ -11,8 +11,9 @@ import pytest
 
 from app.export.graph_builder import RANGE_OUTPUT, GraphBuilder, WeightFormat
 from app.export.smoothing import smoothing_factors
+from app.runtime.cpu_kind import this_cpu
 from app.runtime.graphs import openvino_core
-from app.runtime.sessions import cpu_has_native_bf16, open_graph
+from app.runtime.sessions import open_graph, openvino_properties
 
 INT8 = WeightFormat("float16", int8_matrices=True, int8_inputs=True)
 ROWS, IN, OUT = 64, 256, 128
@@ -84,14 +85,18 @@ def test_an_int8_input_linear_computes_on_the_int8_grids(ep: str, tmp_path: Path
     assert np.abs(exact - expected).max() > 0.1 * np.abs(expected).max()
 
 
-def test_openvino_multiplies_an_int8_input_linear_in_int8(tmp_path: Path) -> None:
+def test_openvino_multiplies_int8_inputs_in_int8_only_on_cpu_kinds_with_int8_dot_products(
+    tmp_path: Path,
+) -> None:
     x, weight, bias = _weights()
     path = _linear_graph(tmp_path / "linear.onnx", weight, bias, input_ranges={"fc": 4.0})
-    compiled = openvino_core().compile_model(str(path), "CPU", {"PERF_COUNT": "YES"})
+    properties = {**openvino_properties("CPU", "f32"), "PERF_COUNT": "YES"}
+    compiled = openvino_core().compile_model(str(path), "CPU", properties)
     request = compiled.create_infer_request()
     request.infer({"x": x})
     kinds = {(p.node_type, p.exec_type) for p in request.profiling_info}
-    assert any("FullyConnected" in node and "i8" in ex.lower() for node, ex in kinds), kinds
+    in_int8 = any("FullyConnected" in node and "i8" in ex.lower() for node, ex in kinds)
+    assert in_int8 == this_cpu().int8_dot_products, (this_cpu().name, kinds)
 
 
 def _table_graph(
@@ -119,7 +124,7 @@ def _dequantized_rows(table: np.ndarray) -> np.ndarray:
 
 
 NATIVE_BF16 = pytest.mark.skipif(
-    not cpu_has_native_bf16(), reason="bf16 arithmetic needs AVX-512 BF16 or AMX"
+    not this_cpu().native_bf16, reason="bf16 arithmetic needs AVX-512 BF16 or AMX"
 )
 PRECISIONS = ["f32", pytest.param("bf16", marks=NATIVE_BF16)]
 

@@ -25,6 +25,7 @@ async def health(services: ServicesDep) -> JSONResponse:
                 name=i.name,
                 multilingual=i.multilingual,
                 devices=i.devices,
+                arithmetic=i.arithmetic,
                 load_s=i.load_s,
                 warmup_s=i.warmup_s,
                 memory_bytes=i.memory_bytes,
