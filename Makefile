@@ -10,7 +10,7 @@ PORT ?= 8000
 # glibc malloc: big arrays mmapped and returned, two arenas (see app/runtime/memory.py)
 MALLOC_ENV := MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=8388608 MALLOC_TRIM_THRESHOLD_=33554432
 
-.PHONY: setup-browser setup setup-dev models speaker-models test-models run test lint format test-docker test-scaleout clean
+.PHONY: setup-browser setup setup-dev models speaker-models test-models run test test-cpus lint format test-docker test-scaleout clean
 
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ setup-browser:
 test: setup-dev test-models setup-browser
 	$(PY) -m ruff check app tests benchmarks
 	$(PY) -m pytest -q --durations=30
+
+## The numerics- and words-sensitive tests under each CPU kind this machine can emulate
+## (OpenVINO held by ONEDNN_MAX_CPU_ISA: AVX2, AVX2 + AVX-VNNI, AVX-512 with and without VNNI, ...)
+test-cpus: setup-dev test-models
+	$(PY) -m tests.cpu_lanes
 
 lint: setup-dev
 	$(PY) -m ruff check app tests benchmarks

@@ -12,6 +12,7 @@ from app.runtime.sessions import (
     openvino_properties,
     resolve_device,
 )
+from tests.cpu_lanes import lanes
 
 
 @pytest.mark.parametrize(
@@ -126,3 +127,19 @@ def test_threads_and_cache_reach_openvino(tmp_path) -> None:
     assert cpu["INFERENCE_NUM_THREADS"] == "2"
     assert cpu["CACHE_DIR"] == str(tmp_path / "cache") and (tmp_path / "cache").is_dir()
     assert "INFERENCE_NUM_THREADS" not in openvino_properties("GPU", None, threads=2)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("avx2 fma", []),  # an AVX2-only CPU is its own and only kind
+        ("avx2 avx512f avx512_vnni", ["AVX2", "AVX512_CORE"]),  # a Xeon with VNNI, no bf16
+        ("avx2 avx512f avx512_vnni avx512_bf16", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI"]),
+        (
+            "avx2 avx_vnni avx512f avx512_vnni avx512_bf16 amx_int8 amx_bf16",
+            ["AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"],
+        ),
+    ],
+)
+def test_make_test_cpus_runs_each_kind_the_machine_can_emulate_once(flags, expected) -> None:
+    assert lanes(kind_of(frozenset(flags.split()), None)) == expected
