@@ -42,6 +42,12 @@ def parse_args() -> argparse.Namespace:
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--corpus", type=Path, default=CORPUS)
     t.add_argument("--out", type=Path, required=True)
+    t.add_argument(
+        "--system",
+        default="ours",
+        help="ours (the checkout, in process), or a peer configuration of benchmarks/common.py "
+        "(fw-int8: faster-whisper int8 on the same weights, in its venv)",
+    )
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
@@ -55,6 +61,8 @@ def entries(corpus: Path) -> list[dict]:
 
 
 def transcribe(args: argparse.Namespace) -> None:
+    if args.system != "ours":
+        return transcribe_peer(args)
     sys.path.insert(0, str(args.checkout.resolve()))
     from app.config import Settings
     from app.engine.audio import decode_audio
@@ -72,8 +80,26 @@ def transcribe(args: argparse.Namespace) -> None:
     for entry in entries(args.corpus):
         segments, _ = transcriber.transcribe(decode_audio(args.corpus / entry["file"]), options)
         texts[entry["file"]] = " ".join(s.text.strip() for s in segments)
-    elapsed = time.perf_counter() - started
-    meta = {"checkout": str(args.checkout), "model": args.model, "beam": args.beam}
+    meta = {"checkout": str(args.checkout), "cpu": sessions.arithmetic["encoder"]}
+    save(args, texts, time.perf_counter() - started, meta)
+
+
+def transcribe_peer(args: argparse.Namespace) -> None:
+    """The corpus through a peer's warm worker (`benchmarks/common.py`), greedy or beam."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.common import CONFIGS, workers
+
+    texts, started = {}, time.perf_counter()
+    with workers(args.model, [CONFIGS[args.system]], args.threads) as running:
+        (worker,) = running.values()
+        for entry in entries(args.corpus):
+            reply = worker.transcribe(args.corpus / entry["file"], args.beam, language="en")
+            texts[entry["file"]] = reply["text"]
+    save(args, texts, time.perf_counter() - started, {"system": args.system})
+
+
+def save(args: argparse.Namespace, texts: dict[str, str], elapsed: float, meta: dict) -> None:
+    meta = {**meta, "model": args.model, "beam": args.beam}
     args.out.write_text(json.dumps({**meta, "seconds": elapsed, "texts": texts}, indent=1))
     print(f"{len(texts)} clips in {elapsed:.1f} s -> {args.out}")
 

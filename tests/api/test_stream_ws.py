@@ -253,6 +253,7 @@ def test_silence_yields_no_text(server: LiveServer, source: str) -> None:
     assert all(not p["text"].strip() for p in run.of("transcript.text.partial"))
 
 
+@pytest.mark.cpu_kind
 def test_two_sessions_stay_independent(server: LiveServer) -> None:
     other = AUDIO / "1089-134686-0000.flac"
 

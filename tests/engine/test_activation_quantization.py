@@ -18,6 +18,8 @@ from app.service.options import TranscriptionOptions
 from app.service.transcriber import Transcriber
 from tests.engine.conftest import ENGLISH_CLIPS, clip, normalise
 
+pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
+
 ROWS = 8
 PAST = 20
 

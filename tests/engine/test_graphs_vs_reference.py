@@ -43,6 +43,8 @@ from tests.oracle import (
     reference_self_kv,
 )
 
+pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
+
 TOLERANCE = 1e-3  # ours vs the reference (fp32 builds), max absolute difference
 # The encoder's hidden state (not a contract output; exposed for this test) is checked elementwise
 # as |ours - ref| <= 1e-3 + 1e-3 |ref|. Why not 1e-3 absolute: base's residual stream reaches

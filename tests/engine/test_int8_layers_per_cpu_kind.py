@@ -23,6 +23,8 @@ from app.runtime.cpu_kind import this_cpu
 from app.runtime.sessions import open_graph
 from tests.conftest import model_dir
 
+pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
+
 ROWS = 64  # input rows a layer is run on
 
 

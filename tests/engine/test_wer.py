@@ -22,6 +22,8 @@ from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 from app.service.transcriber import Transcriber, TranscriptionOptions
 from tests.engine.conftest import ENGLISH_CLIPS, REFERENCES, clip
 
+pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
+
 # faster-whisper int8 (its usual CPU setting), same clips, same normalisation, in percent
 PEER_WER = {
     ("tiny.en", 1): 2.79,

@@ -15,6 +15,8 @@ from app.runtime.cpu_kind import this_cpu
 from app.runtime.graphs import openvino_core
 from app.runtime.sessions import open_graph, openvino_properties
 
+pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
+
 INT8 = WeightFormat("float16", int8_matrices=True, int8_inputs=True)
 ROWS, IN, OUT = 64, 256, 128
 
