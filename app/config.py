@@ -83,8 +83,8 @@ class Settings(BaseSettings):
     )
     activation_quantization: Literal["auto", "on", "off"] = Field(
         default="auto",
-        description="OpenVINO CPU, int8 files: quantize the linear layers' inputs to int8 too; "
-        "auto = where the CPU computes f32.",
+        description="OpenVINO CPU, int8 files: quantize the linear layers' inputs to int8 too "
+        "(faster on CPUs with VNNI that compute f32, but it changes words); auto = off.",
     )
     shutdown_delay_s: float = Field(
         default=0.0,

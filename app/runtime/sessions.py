@@ -47,8 +47,7 @@ class RuntimeOptions:
     activation_quantization: OpenVINO CPU, int8 weight files: "on" = the int8 linear layers
         quantize their inputs too, per token in groups of 32 (int8 x int8 products, as
         CTranslate2's int8 does); "off" = the weights are expanded inside an f32/bf16 product;
-        "auto" = on where the CPU computes f32 with int8 dot products (VNNI/AMX), else off (see
-        `_activation_groups`).
+        "auto" = off (it changes words on today's files: `_activation_groups`).
     """
 
     ep: str = "openvino"
@@ -101,7 +100,7 @@ ACTIVATION_QUANTIZATION = ("auto", "on", "off")
 ACTIVATION_GROUP = 32  # inputs per quantization scale when activations are quantized
 
 
-def _activation_groups(precision: str | None, activation_quantization: str, kind: CpuKind) -> int:
+def _activation_groups(activation_quantization: str) -> int:
     """OpenVINO CPU's `DYNAMIC_QUANTIZATION_GROUP_SIZE` for int8 weights (0 = off).
 
     Measured on a CPU without native bf16 (f32 compute, `benchmarks/results/decoder_state.md`):
@@ -109,11 +108,12 @@ def _activation_groups(precision: str | None, activation_quantization: str, kind
     decodes 20-30 % faster with the same words, and a row's logits are the same bit for bit alone
     or packed with others (off: they differ by ~1e-5). Under bf16 (measured on a CPU with
     AVX-512 BF16) it gave no speed and the logits depend on the call's row count, so auto = off
-    there. Without int8 dot products (AVX2 only) OpenVINO does not apply it: auto = off, so the
-    settings say what runs (and a row's logits then differ by ~1e-5 with the rows beside it)."""
-    if activation_quantization == "auto":
-        exact = precision in ("bf16", "f16") or not kind.int8_dot_products
-        activation_quantization = "off" if exact else "on"
+    there. Without int8 dot products (AVX2 only) OpenVINO does not apply it. And with today's
+    files (the smoothed int8 encoder, the int8 logits projection) it changes words: on the
+    AVX-512 VNNI and AVX2 + AVX-VNNI kinds (held by ONEDNN_MAX_CPU_ISA, 2026-12-02) tiny.en read
+    "stuff it" where the exact computation reads "stuffed it" (`benchmarks/results/cpu_kinds.md`),
+    so its speed does not count: auto = off on every kind, "on" only when asked (a row's logits
+    then differ by ~1e-5 with the rows beside it, as under bf16)."""
     return ACTIVATION_GROUP if activation_quantization == "on" else 0
 
 
@@ -134,7 +134,7 @@ def openvino_properties(
     if precision:
         properties["INFERENCE_PRECISION_HINT"] = precision
     if family == "CPU":
-        groups = _activation_groups(precision, activation_quantization, kind)
+        groups = _activation_groups(activation_quantization)
         properties["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(groups)
         properties.update(int8_input_properties(kind))
         if threads:
