@@ -33,8 +33,8 @@ _STATIC_DEVICES = ("NPU",)  # devices that compile a graph for fixed input shape
 # for a CPU without int8 dot products (there int8 x int8 pair sums saturate: `cpu_kind`): OpenVINO
 # CPU's low-precision transformations off (a QuantizeLinear/DequantizeLinear pair then runs as
 # the rounding it means, the int8 weights expanded inside an f32 product), ONNX Runtime's QDQ
-# fusion off. On an AVX2 CPU that is also the faster route: a tiny.en encoder window took 750 ms
-# so against 932 ms through the (saturating) int8 kernels (`benchmarks/results/cpu_kinds.md`).
+# fusion off. Held to AVX2 it is also the faster decoder: a base step 14.6 ms so against 19.4
+# through the (saturating) int8 kernels (`benchmarks/results/cpu_kinds_speed.md`).
 FLOAT_INT8_INPUTS = {"LP_TRANSFORMS_MODE": "NO"}
 _ORT_FLOAT_INT8_INPUTS = ("session.disable_quant_qdq", "1")
 
