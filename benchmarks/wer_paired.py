@@ -80,7 +80,9 @@ def transcribe(args: argparse.Namespace) -> None:
     for entry in entries(args.corpus):
         segments, _ = transcriber.transcribe(decode_audio(args.corpus / entry["file"]), options)
         texts[entry["file"]] = " ".join(s.text.strip() for s in segments)
-    meta = {"checkout": str(args.checkout), "cpu": sessions.arithmetic["encoder"]}
+    # an older checkout's sessions may not say their arithmetic
+    arithmetic = getattr(sessions, "arithmetic", {}).get("encoder")
+    meta = {"checkout": str(args.checkout), "cpu": arithmetic}
     save(args, texts, time.perf_counter() - started, meta)
 
 

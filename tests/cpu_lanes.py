@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from app.runtime.cpu_kind import CAPS, ISA_VARIABLE, CpuKind, this_cpu
+from app.runtime.cpu_kind import ISA_VARIABLE, CpuKind, this_cpu
 
 # the caps that give the kinds users' CPUs are, from the smallest
 LANES = (
@@ -36,7 +36,7 @@ def lanes(machine: CpuKind) -> list[str]:
     seen = {CpuKind(machine.groups).name}
     chosen = []
     for cap in LANES:
-        name = CpuKind(machine.groups & CAPS[cap]).name
+        name = CpuKind(machine.held(cap).groups).name  # the kind, without "held by"
         if name not in seen:
             seen.add(name)
             chosen.append(cap)
@@ -66,16 +66,10 @@ def main(args: list[str]) -> int:
     print(f"this machine: {machine.name}; its own kind is `make test`'s")
     failed = False
     for cap in lanes(machine):
-        kind = kind_of_machine(machine, cap)
         summary, seconds, code = run(cap, args)
-        print(f"{kind.name}: {summary} ({seconds / 60:.1f} min)", flush=True)
+        print(f"{machine.held(cap).name}: {summary} ({seconds / 60:.1f} min)", flush=True)
         failed |= code != 0
     return 1 if failed else 0
-
-
-def kind_of_machine(machine: CpuKind, cap: str) -> CpuKind:
-    """The kind this machine computes as when held to `cap`."""
-    return CpuKind(machine.groups & CAPS[cap], cap)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ as the smaller one does. Without int8 dot-product instructions (AVX-512 VNNI, AV
 int8 matrix multiply multiplies u8 x s8 and adds pairs into int16 (`vpmaddubsw`), which saturates
 above 32767: an int8-input layer is then off its integer result by up to ~10 % of its range
 (AVX2-only AMD EPYC, and any CPU held to `AVX2` or `AVX512_CORE`: FACTS.md). So the runtimes run
-such layers in float where the kind lacks them (`graphs.exact_int8_properties`).
+such layers in float where the kind lacks them (`graphs.FLOAT_INT8_INPUTS`).
 
 `kind_of(flags, cap)` is the decision as a pure function; `this_cpu()` reads the machine.
 """
@@ -55,6 +55,15 @@ _FLAGS = {
     "amx_int8": "amx",
     "amx_bf16": "amx",
 }
+# a kind's name: that of the first group it has, in this order
+_NAMES = (
+    ("amx", "AVX-512 BF16 + AMX"),
+    ("avx512_bf16", "AVX-512 BF16"),
+    ("avx512_vnni", "AVX-512 VNNI"),
+    ("avx512", "AVX-512 without VNNI"),
+    ("avx_vnni", "AVX2 + AVX-VNNI"),
+    ("avx2", "AVX2"),
+)
 _INT8_DOT_PRODUCTS = ("avx512_vnni", "avx_vnni", "amx")
 _NATIVE_BF16 = ("avx512_bf16", "amx")
 ISA_VARIABLE = "ONEDNN_MAX_CPU_ISA"
@@ -80,31 +89,19 @@ class CpuKind:
     @property
     def name(self) -> str:
         """E.g. "AVX-512 BF16 + AMX", "AVX2 (held by ONEDNN_MAX_CPU_ISA=AVX2)"."""
-        if "amx" in self.groups:
-            name = "AVX-512 BF16 + AMX"
-        elif "avx512_bf16" in self.groups:
-            name = "AVX-512 BF16"
-        elif "avx512_vnni" in self.groups:
-            name = "AVX-512 VNNI"
-        elif "avx512" in self.groups:
-            name = "AVX-512 without VNNI"
-        elif "avx_vnni" in self.groups:
-            name = "AVX2 + AVX-VNNI"
-        elif "avx2" in self.groups:
-            name = "AVX2"
-        else:
-            name = "no AVX2"
+        name = next((name for group, name in _NAMES if group in self.groups), "no AVX2")
         return f"{name} (held by {ISA_VARIABLE}={self.cap})" if self.cap else name
+
+    def held(self, cap: str | None) -> CpuKind:
+        """This kind held to the oneDNN ISA `cap` (None or a name oneDNN does not know, which it
+        ignores: this kind)."""
+        cap = cap.strip().upper() if cap else None
+        return CpuKind(self.groups & CAPS[cap], cap) if cap in CAPS else self
 
 
 def kind_of(flags: frozenset[str], cap: str | None) -> CpuKind:
-    """The kind of a CPU with /proc/cpuinfo `flags` held to the oneDNN ISA `cap` (None or a name
-    oneDNN does not know, which it ignores: no cap)."""
-    groups = frozenset(_FLAGS[f] for f in flags if f in _FLAGS)
-    cap = cap.strip().upper() if cap else None
-    if cap in CAPS:
-        return CpuKind(groups & CAPS[cap], cap)
-    return CpuKind(groups)
+    """The kind of a CPU with /proc/cpuinfo `flags` held to the oneDNN ISA `cap` (`held`)."""
+    return CpuKind(frozenset(_FLAGS[f] for f in flags if f in _FLAGS)).held(cap)
 
 
 def cpu_flags(cpuinfo: str) -> frozenset[str]:
