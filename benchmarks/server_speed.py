@@ -1,20 +1,29 @@
-"""End to end through the server: one REST request at a time vs faster-whisper int8 in process.
+"""End to end through the server: one REST request at a time vs faster-whisper int8 and
+openvino.genai in process.
 
 For each model a real uvicorn server runs with the service's defaults (batching on, int8 files,
-`--threads` threads); faster-whisper int8 runs in its warm worker (`.venv-peer`) with the same
-threads and weights. The 60 s clip and the 10 min clip (`--clips`), language English, greedy and
-beam 5 (the REST default); one warm-up each, then `--runs` rounds alternating which system goes
-first. Our time is the client's (upload, queue, decode, response), with the server's stage split
-read from /metrics around each request; faster-whisper's its `transcribe` call.
+`--threads` threads); faster-whisper int8 runs in its warm worker (`.venv-peer`) and
+openvino.genai's `WhisperPipeline` in its own (`.venv-genai`, its IR exported from the same weights
+by `benchmarks/genai_model.py`), with the same threads. `--isa AVX2` (or another oneDNN name)
+holds all three to that instruction set: `ONEDNN_MAX_CPU_ISA` for OpenVINO, `CT2_FORCE_CPU_ISA`
+and `MKL_ENABLE_INSTRUCTIONS` for CTranslate2.
+
+The 60 s clip and the 10 min clip (`--clips`), language English, greedy and beam 5 (the REST
+default); one warm-up each, then `--runs` rounds alternating which system goes first. Our time is
+the client's (upload, queue, decode, response), with the server's stage split read from /metrics
+around each request; the peers' their call (faster-whisper's `transcribe`, openvino.genai's file
+read + `generate`).
 
     .venv/bin/python benchmarks/server_speed.py --models tiny.en,base
 
-Writes benchmarks/results/server_speed.md.
+Writes benchmarks/results/server_speed.md (`--out-name`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -29,6 +38,7 @@ from benchmarks import common  # noqa: E402
 from benchmarks.api_latency import Server, launch_server  # noqa: E402
 from benchmarks.batching import post  # noqa: E402
 
+OURS = "ours (server)"
 CLIPS = {"earnings60": lambda: common.EARNINGS, "long10m": common.long_clip}
 
 
@@ -55,6 +65,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--beams", default="1,5")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--clips", default="earnings60,long10m", help="earnings60 and/or long10m")
+    p.add_argument("--peers", default="fw-int8,genai-int8", help="benchmarks.common.CONFIGS keys")
+    p.add_argument("--isa", default="", help="hold every system to this oneDNN ISA, e.g. AVX2")
+    p.add_argument("--out-name", default="server_speed.md")
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
     common.add_args(p)
     return p.parse_args()
@@ -62,18 +75,19 @@ def parse_args() -> argparse.Namespace:
 
 def measure(model: str, args: argparse.Namespace) -> list[dict]:
     server = launch_server(model, args.models_dir, {"STT_THREADS": str(args.threads)})
-    peer = common.Worker(model, common.CONFIGS["fw-int8"], args.threads)
+    peers = [common.Worker(model, c, args.threads) for c in common.parse_configs(args.peers)]
     try:
         with httpx.Client(timeout=1800, trust_env=False) as client:
             return [
-                measure_cell(model, CLIPS[clip](), int(beam), args.runs, client, server, peer)
+                measure_cell(model, CLIPS[clip](), int(beam), args.runs, client, server, peers)
                 | {"clip": clip}
                 for clip in args.clips.split(",")
                 for beam in args.beams.split(",")
             ]
     finally:
         server.stop()
-        peer.close()
+        for peer in peers:
+            peer.close()
 
 
 def measure_cell(
@@ -83,7 +97,7 @@ def measure_cell(
     runs: int,
     client: httpx.Client,
     server: Server,
-    peer: common.Worker,
+    peers: list[common.Worker],
 ) -> dict:
     """One clip at one beam size: a warm-up each, then `runs` alternating rounds."""
     audio = path.read_bytes()
@@ -97,11 +111,11 @@ def measure_cell(
             stages[stage] = stages.get(stage, 0.0) + seconds - before.get(stage, 0.0)
         return answer
 
-    def theirs() -> tuple[float, str]:
+    def theirs(peer: common.Worker) -> tuple[float, str]:
         out = peer.transcribe(path, beam)
         return out["total_s"], out["text"]
 
-    systems = {"ours (server)": ours, "faster-whisper int8": theirs}
+    systems = {OURS: ours} | {p.config.label: functools.partial(theirs, p) for p in peers}
     load = common.load1()
     for run in systems.values():
         run()  # warm-up
@@ -126,44 +140,53 @@ def measure_cell(
 
 def main() -> None:
     args = parse_args()
+    if args.isa:
+        os.environ.update(
+            ONEDNN_MAX_CPU_ISA=args.isa,
+            CT2_FORCE_CPU_ISA=args.isa,
+            MKL_ENABLE_INSTRUCTIONS=args.isa,
+        )
     load = common.start_load(args)
     rows = [row for m in args.models.split(",") for row in measure(m, args)]
+    peers = [c.label for c in common.parse_configs(args.peers)]
+    held = f", every system held to {args.isa}" if args.isa else ""
     lines = common.header(
-        "Through the server: one REST request vs faster-whisper int8",
+        "Through the server: one REST request vs " + " and ".join(peers),
         load,
         [
             f"Clips: {args.clips} (the 60 s earnings call, the 10 min English testdata clips "
-            f"end to end), {args.threads} threads each, medians of {args.runs} alternating "
-            "rounds after a warm-up (min–max). Ours: a real uvicorn server with the service's "
-            "defaults (batching on, int8 files, activation quantization auto), timed by the "
-            "client; faster-whisper int8 in a warm process. `load` = 1-min load average when "
-            "the cell started. WER against the clip's reference.",
+            f"end to end), {args.threads} threads each{held}, medians of {args.runs} "
+            "alternating rounds after a warm-up (min–max). Ours: a real uvicorn server with the "
+            "service's defaults (batching on, int8 files), timed by the client; the peers in "
+            "warm processes on the same weights. `load` = 1-min load average when the cell "
+            "started. WER against the clip's reference.",
         ],
     )
     table = []
     for row in rows:
-        ours = statistics.median(row["times"]["ours (server)"])
-        theirs = statistics.median(row["times"]["faster-whisper int8"])
+        ours = statistics.median(row["times"][OURS])
         cells = []
-        for name in ("ours (server)", "faster-whisper int8"):
+        for name in (OURS, *peers):
             t = row["times"][name]
             ref = row["reference"]
             wer = common.wer([ref], [row["texts"][name]])[0] if ref else float("nan")
             cells.append(f"{statistics.median(t):.2f} ({min(t):.2f}–{max(t):.2f}), {wer:.1f} %")
+        ratios = [f"{ours / statistics.median(row['times'][name]):.2f}" for name in peers]
         table.append(
-            [
-                row["model"],
-                row["clip"],
-                row["beam"],
-                *cells,
-                f"{ours / theirs:.2f}",
-                f"{row['load']:.2f}",
-            ]
+            [row["model"], row["clip"], row["beam"], *cells, *ratios, f"{row['load']:.2f}"]
         )
     lines += [
         "",
         *common.table(
-            ["model", "clip", "beam", "ours s, WER", "faster-whisper s, WER", "ours ÷ fw", "load"],
+            [
+                "model",
+                "clip",
+                "beam",
+                "ours s, WER",
+                *(f"{n} s, WER" for n in peers),
+                *(f"ours ÷ {n}" for n in peers),
+                "load",
+            ],
             table,
         ),
     ]
@@ -184,7 +207,7 @@ def main() -> None:
             ],
         ),
     ]
-    common.write(args.out_dir / "server_speed.md", lines)
+    common.write(args.out_dir / args.out_name, lines)
 
 
 if __name__ == "__main__":
