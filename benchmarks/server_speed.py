@@ -68,13 +68,17 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--peers", default="fw-int8,genai-int8", help="benchmarks.common.CONFIGS keys")
     p.add_argument("--isa", default="", help="hold every system to this oneDNN ISA, e.g. AVX2")
     p.add_argument("--out-name", default="server_speed.md")
+    p.add_argument(
+        "--checkout", type=Path, default=REPO, help="run the server from this source tree"
+    )
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
     common.add_args(p)
     return p.parse_args()
 
 
 def measure(model: str, args: argparse.Namespace) -> list[dict]:
-    server = launch_server(model, args.models_dir, {"STT_THREADS": str(args.threads)})
+    settings = {"STT_THREADS": str(args.threads)}
+    server = launch_server(model, args.models_dir, settings, checkout=args.checkout)
     peers = [common.Worker(model, c, args.threads) for c in common.parse_configs(args.peers)]
     try:
         with httpx.Client(timeout=1800, trust_env=False) as client:
