@@ -22,6 +22,8 @@ from app.engine.audio import AudioDecodeError, decode_audio
 from app.engine.kv_cache import CACHE_MODES
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
+from app.export.errors import BuildError
+from app.export.vad import ensure_sequence_graphs
 from app.runtime.contract import ContractError
 from app.runtime.memory import tune_malloc
 from app.runtime.sessions import (
@@ -32,14 +34,14 @@ from app.runtime.sessions import (
     RuntimeOptions,
     WhisperSessions,
 )
-from app.service import formats
 from app.service.diarize.clustering import SpeakerHints
 from app.service.diarize.job import LazyDiarizer, SpeakerJob, transcribe_speakers
 from app.service.errors import Rejected
-from app.service.jobs import TranscriptionJob
-from app.service.registry import LoadedModel
-from app.service.results import TranscriptionInfo
-from app.service.transcriber import Transcriber, TranscriptionOptions
+from app.service.models.loaded import LoadedModel
+from app.service.transcription import formats
+from app.service.transcription.jobs import TranscriptionJob
+from app.service.transcription.results import TranscriptionInfo
+from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
 
 log = logging.getLogger("app.cli")
 
@@ -140,7 +142,10 @@ def transcribe_command(args: argparse.Namespace) -> int:
     )
     if args.num_speakers is not None and not args.diarize:
         raise ValueError("--num-speakers needs --diarize")
-    vad = SileroVad.load(args.models_dir / VAD_FILE) if args.vad_filter else None
+    vad = None
+    if args.vad_filter:
+        ensure_sequence_graphs(args.models_dir)  # a folder made before they were built
+        vad = SileroVad.load(args.models_dir / VAD_FILE)
     if args.diarize:
         model = LoadedModel(args.model, sessions, tokenizer, options, load_s, int(time.time()), vad)
         info = print_speakers(args, model, runtime)
@@ -262,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             return transcribe_command(args)
     except (
         AudioDecodeError,
+        BuildError,
         ContractError,
         DeviceError,
         VadModelError,

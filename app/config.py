@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.service.live.bounds import EDGE_S, PAUSE_S, STEP_S, PolicyName
+
 Device = Literal["AUTO", "NPU", "GPU", "CPU"]
 
 
@@ -112,14 +114,8 @@ class Settings(BaseSettings):
     batch_max_padding: float = Field(
         default=0.6, ge=0.0, lt=1.0, description="Batching: largest share of padded K/V slots."
     )
-    batch_wait_ms: float = Field(
-        default=5.0, ge=0.0, le=100.0, description="Batching: wait for the last step's rows (ms)."
-    )
     batch_max_encode: int = Field(
         default=2, ge=1, le=16, description="Batching: most 30 s windows per encoder call."
-    )
-    batch_lanes: int = Field(
-        default=1, ge=1, le=4, description="Batching: decoder calls in flight at once."
     )
     batch_encoder_share: float = Field(
         default=0.5,
@@ -167,24 +163,27 @@ class Settings(BaseSettings):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     stream_step_s: float = Field(
-        default=1.0, ge=0.1, le=10.0, description="Live streams: new audio (s) between passes."
+        default=STEP_S.default,
+        ge=STEP_S.low,
+        le=STEP_S.high,
+        description="Live streams: new audio (s) between passes.",
     )
-    stream_policy: Literal["local_agreement", "alignatt"] = Field(
+    stream_policy: PolicyName = Field(
         default="alignatt",
         description="Live streams: when a word is committed: two passes agree on it "
         "(local_agreement) or the decoder's attention has moved past it (alignatt).",
     )
     stream_edge_s: float = Field(
-        default=0.7,
-        ge=0.0,
-        le=5.0,
+        default=EDGE_S.default,
+        ge=EDGE_S.low,
+        le=EDGE_S.high,
         description="Live streams, alignatt: a word is committed once the decoder attended to "
         "audio at least this far (s) before the end of the buffer while reading it.",
     )
     stream_pause_s: float = Field(
-        default=0.3,
-        ge=0.0,
-        le=10.0,
+        default=PAUSE_S.default,
+        ge=PAUSE_S.low,
+        le=PAUSE_S.high,
         description="Live streams: a silence this long (s) inside speech commits the words "
         "before it without ending the turn (0 = off: they wait for the commit policy or the "
         "turn's end).",

@@ -5,7 +5,7 @@ on disk, or fetched if STT_MODEL_DOWNLOADS), loads and warms them on a backgroun
 `/health` answers 503 until they are ready, then 200 with models, devices and memory. A missing or
 broken model is logged as an error and keeps `/health` at 503 with the reason (the server stays
 up: exiting would only have a supervisor restart it into the same error). Later models load and
-unload at run time (`app.service.model_manager`); this module injects the exporter's model names
+unload at run time (`app.service.models.manager`); this module injects the exporter's model names
 and `obtain_model` into it.
 Shutdown (SIGTERM): live WebSocket sessions end first, properly (final pass, transcript.text.done,
 close 1001); then uvicorn lets the requests in flight finish (up to its
@@ -35,21 +35,23 @@ from app.api.live import audio_stream, page, realtime
 from app.api.live.wyoming import WyomingServer
 from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, metrics, models
-from app.api.services import Readiness, Services
+from app.api.services import Services
 from app.config import Settings
 from app.export import names
 from app.export.child import ChildBuildError, obtain_in_child
 from app.export.errors import BuildError
+from app.export.vad import ensure_sequence_graphs
 from app.runtime.memory import release_free_memory, tune_malloc
 from app.runtime.sessions import RuntimeOptions
-from app.service.batch_records import BatchingOptions
+from app.service.batching.records import BatchingOptions
 from app.service.diarize.job import LazyDiarizer
+from app.service.gate import ServerGate
 from app.service.live import LiveHost, LiveLimits
-from app.service.model_manager import ModelManager
-from app.service.model_open import ModelLoadError, OpenOptions
-from app.service.model_options import ManagerOptions, ModelNames, Obtain
+from app.service.models.manager import ModelManager
+from app.service.models.opening import ModelLoadError, OpenOptions
+from app.service.models.options import ManagerOptions, ModelNames, Obtain
 from app.service.pool import WorkerPool
-from app.service.transcriber import TranscriptionOptions
+from app.service.transcription.transcriber import TranscriptionOptions
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +113,7 @@ def build_models(settings: Settings) -> ModelManager:
         batching = BatchingOptions(
             max_rows=settings.batch_max_rows,
             max_padding=settings.batch_max_padding,
-            wait_ms=settings.batch_wait_ms,
             max_encode=settings.batch_max_encode,
-            lanes=settings.batch_lanes,
             encoder_share=settings.batch_encoder_share,
         )
     base_options = TranscriptionOptions(
@@ -169,35 +169,46 @@ def _obtainer(models_dir: Path, cache_dir: Path) -> Obtain:
     return obtain
 
 
-def _load_models(models: ModelManager, settings: Settings, readiness: Readiness) -> None:
-    """Loader thread body: build/load + warm every start-up model, then flip readiness."""
+def _load_models(models: ModelManager, settings: Settings, gate: ServerGate) -> None:
+    """Loader thread body: build/load + warm every start-up model, then open the gate."""
     t0 = time.perf_counter()
+    _vad_sequence_graphs(settings.models_dir)
     try:
         models.start(settings.models)
     except Exception as e:
         message = str(e) if isinstance(e, ModelLoadError) else f"{type(e).__name__}: {e}"
         log.error("model loading failed, the server cannot transcribe: %s", message, exc_info=e)
-        readiness.finish(message, time.time())
+        gate.loaded(message)
         return
     log.info("ready: %s in %.2f s", ", ".join(models.loaded), time.perf_counter() - t0)
-    readiness.finish(None, time.time())
+    gate.loaded()
+
+
+def _vad_sequence_graphs(models_dir: Path) -> None:
+    """A models folder made before the VAD's sequence graphs were built at `make models` gets
+    them now (milliseconds; without them the VAD would not load)."""
+    try:
+        for path in ensure_sequence_graphs(models_dir):
+            log.info("VAD: wrote %s", path.name)
+    except (BuildError, OSError) as e:
+        log.warning("VAD: could not write its sequence graphs: %s", e)
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     services: Services = app.state.services
-    models, readiness, settings = services.models, services.readiness, services.settings
+    models, gate, settings = services.models, services.gate, services.settings
     try:
         models.check(settings.models)
     except ModelLoadError as e:
         # Stay up and say why on /health (503): exiting would only make a supervisor restart
         # the server into the same error, again and again.
         log.error("cannot load the models, the server cannot transcribe: %s", e)
-        readiness.finish(str(e), time.time())
+        gate.loaded(str(e))
     else:
         loader = threading.Thread(
             target=_load_models,
-            args=(models, settings, readiness),
+            args=(models, settings, gate),
             name="stt-loader",
             daemon=True,
         )
@@ -232,18 +243,17 @@ def _end_live_sessions_first(services: Services) -> None:
         return  # signal handlers belong to the main thread (not an app run under uvicorn)
     loop = asyncio.get_running_loop()
     hurry = asyncio.Event()  # a second signal
-    readiness = services.readiness
+    gate = services.gate
     for sig in (signal.SIGTERM, signal.SIGINT):
         uvicorn_exit = signal.getsignal(sig)
         if getattr(uvicorn_exit, "__name__", "") != "handle_exit":
             continue  # not uvicorn's handler: leave the signal alone
 
         def on_signal(signum: int, frame: object, uvicorn_exit=uvicorn_exit) -> None:
-            if readiness.draining:
+            if not gate.drain():  # a second signal
                 loop.call_soon_threadsafe(hurry.set)
                 uvicorn_exit(signum, frame)
                 return
-            readiness.draining = True
             loop.call_soon_threadsafe(
                 lambda: loop.create_task(_shut_down_in_order(services, uvicorn_exit, signum, hurry))
             )
@@ -265,7 +275,8 @@ async def _shut_down_in_order(
         sessions.drain.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(sessions.none(), STREAM_DRAIN_S)
-    sessions.drain.set()  # sessions opened from now on are refused
+    services.gate.stop()
+    sessions.drain.set()
     uvicorn_exit(signum, None)
 
 
@@ -304,11 +315,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     collector = Metrics()
     pool = WorkerPool(settings.worker_count, settings.max_queue, on_idle=release_free_memory)
     collector.bind_pool(pool)
-    manager, readiness = build_models(settings), Readiness()
+    manager, gate = build_models(settings), ServerGate()
     limits = LiveLimits(settings.stream_max_session_s, settings.stream_max_buffered_s)
-    live = LiveHost(manager, pool, readiness, limits, settings.stream_max_sessions)
+    live = LiveHost(manager, pool, gate, limits, settings.stream_max_sessions)
     diarizer = LazyDiarizer(settings.models_dir, speaker_runtime(settings))  # first use loads
-    services = Services(settings, manager, pool, collector, readiness, live, diarizer)
+    services = Services(settings, manager, pool, collector, gate, live, diarizer)
     services.models.add_listener(collector.model_changed)
     app.state.services = services  # the routes get it through app.api.deps
 

@@ -3,7 +3,9 @@
 Every module under `app/` is parsed (not imported) and each `import` / `from … import` that names
 an `app` package, at module level or inside a function, is checked against the layer table below.
 `main`, `cli` and `__main__` are the composition roots and may wire anything together; nothing
-below them imports them. `config` is read by the roots and the api layer only.
+below them imports them. `config` is read by the roots and the api layer only; it reads the
+service's definitions of the settings it exposes (the live bounds). The inference runtimes
+(`onnxruntime`, `openvino`) and `onnx` are imported only in `app/runtime` and `app/export`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # the ONNX I/O contract it writes graphs against; the engine's audio decoding and log-mel,
     # to calibrate the encoder's int8 inputs on what the service will feed it
     "export": frozenset({"engine", "runtime"}),
-    "config": frozenset(),
+    "config": frozenset({"service"}),  # the live settings' one schema (service/live/bounds)
     "static": frozenset(),
 }
 ROOTS = frozenset({"main", "cli", "__main__", "__init__"})
@@ -84,6 +86,56 @@ def violations(root: Path = APP) -> list[Violation]:
     return bad
 
 
+RUNTIMES = frozenset({"onnxruntime", "openvino", "onnx"})  # the inference runtimes, ONNX itself
+RUNTIME_LAYERS = frozenset({"runtime", "export"})  # the only layers that may import them
+
+
+def runtime_imports(root: Path = APP) -> list[Violation]:
+    """Every import of an inference runtime (or of `onnx`) outside `app/runtime` and
+    `app/export`: graphs are built in export and run behind runtime."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        if _layer(path, root) in RUNTIME_LAYERS:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            for name in names:
+                if name.split(".")[0] in RUNTIMES:
+                    bad.append(Violation(str(path.relative_to(root)), node.lineno, name))
+    return bad
+
+
+def test_only_runtime_and_export_import_the_inference_runtimes() -> None:
+    found = runtime_imports()
+    assert not found, "runtime imports outside app/runtime, app/export:\n" + "\n".join(
+        map(str, found)
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("engine/vad.py", "import onnxruntime as ort\n"),
+        ("service/x.py", "def f():\n    from openvino import Core\n"),
+        ("engine/speakers/y.py", "from onnx import helper\n"),
+    ],
+)
+def test_a_runtime_import_outside_runtime_is_caught(
+    tmp_path: Path, module: str, source: str
+) -> None:
+    root = tmp_path / "app"
+    (root / module).parent.mkdir(parents=True)
+    (root / module).write_text(source)
+    (root / "runtime").mkdir()
+    (root / "runtime" / "ok.py").write_text("import onnxruntime\nimport openvino\n")
+    assert [v.module for v in runtime_imports(root)] == [module]
+
+
 def test_imports_go_one_way() -> None:
     found = violations()
     assert not found, "imports against the layering (DESIGN.md):\n" + "\n".join(map(str, found))
@@ -98,12 +150,12 @@ def test_every_layer_is_checked() -> None:
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("engine/mel.py", "from app.service.transcriber import Transcriber\n"),
+        ("engine/mel.py", "from app.service.transcription.transcriber import Transcriber\n"),
         ("runtime/sessions.py", "def f():\n    import app.engine.decoding\n"),
         ("api/routes/x.py", "from ...engine import audio\n"),
         ("api/deps.py", "from app import runtime\n"),
         ("service/pool.py", "from app.api.errors import ApiError\n"),
-        ("export/build.py", "from app.service.transcriber import Transcriber\n"),
+        ("export/build.py", "from app.service.transcription.transcriber import Transcriber\n"),
         ("engine/vad.py", "from app.config import Settings\n"),
     ],
 )
@@ -163,7 +215,7 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_api_layer_has_no_import_circles() -> None:
-    """(service/model_leases <-> model_manager still import each other for type hints.)"""
+    """(service/models/leases <-> models/manager still import each other for type hints.)"""
     graph = {m: edges for m, edges in import_graph().items() if m.startswith("app.api")}
     found = import_cycles(graph)
     assert not found, "import circles:\n" + "\n".join(" -> ".join(c) for c in found)

@@ -1,20 +1,20 @@
 """Optional API key: `Authorization: Bearer <STT_API_KEY>` on every endpoint but /health.
 
-`require_api_key` is the HTTP dependency; `websocket_key` is the key a WebSocket client presented
-(header, or the `openai-insecure-api-key.<key>` subprotocol that browsers can send, as OpenAI's
-realtime API accepts), checked with `key_matches` at admission.
+The one place the key is read (`presented_key`: header, and on WebSockets the
+`openai-insecure-api-key.<key>` subprotocol that browsers can send, as OpenAI's realtime API
+accepts, or `?api_key=`) and checked (`key_refusal`): `require_api_key` is the HTTP dependency,
+the WebSocket admission asks `key_refusal` too.
 """
 
 from __future__ import annotations
 
 import secrets
 
-from fastapi import WebSocket
 from pydantic import SecretStr
 from starlette.requests import HTTPConnection
 
 from app.api.deps import SettingsDep
-from app.api.errors import APIError
+from app.service.errors import Rejected
 
 WS_KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
 
@@ -40,7 +40,24 @@ def key_matches(expected: SecretStr | None, presented: str | None) -> bool:
     )
 
 
-def _unauthorized(presented: str | None) -> APIError:
+def presented_key(conn: HTTPConnection) -> str | None:
+    """The key a client presented: the Bearer header; on a WebSocket also the
+    `openai-insecure-api-key.<key>` subprotocol (browsers cannot set headers) or `?api_key=`."""
+    token = bearer_token(conn.headers.get("authorization"))
+    if token is not None or conn.scope["type"] != "websocket":
+        return token
+    protocols = conn.headers.get("sec-websocket-protocol", "")
+    for proto in (p.strip() for p in protocols.split(",")):
+        if proto.startswith(WS_KEY_SUBPROTOCOL_PREFIX):
+            return proto[len(WS_KEY_SUBPROTOCOL_PREFIX) :]
+    return conn.query_params.get("api_key")
+
+
+def key_refusal(expected: SecretStr | None, conn: HTTPConnection) -> Rejected | None:
+    """The refusal of a client without the configured key (if one is); None: let it in."""
+    presented = presented_key(conn)
+    if key_matches(expected, presented):
+        return None
     if presented is None:
         message = (
             "You didn't provide an API key. You need to provide your API key in an "
@@ -48,25 +65,11 @@ def _unauthorized(presented: str | None) -> APIError:
         )
     else:
         message = "Incorrect API key provided."
-    return APIError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+    return Rejected("invalid_api_key", message, kind="unauthorized")
 
 
 async def require_api_key(conn: HTTPConnection, settings: SettingsDep) -> None:
-    """Dependency: raise 401 unless the request carries the configured key (if any)."""
-    if settings.api_key is None:
-        return
-    presented = bearer_token(conn.headers.get("authorization"))
-    if not key_matches(settings.api_key, presented):
-        raise _unauthorized(presented)
-
-
-def websocket_key(websocket: WebSocket) -> str | None:
-    """The key a WebSocket client presented: Bearer header first, then the subprotocol."""
-    token = bearer_token(websocket.headers.get("authorization"))
-    if token is not None:
-        return token
-    protocols = websocket.headers.get("sec-websocket-protocol", "")
-    for proto in (p.strip() for p in protocols.split(",")):
-        if proto.startswith(WS_KEY_SUBPROTOCOL_PREFIX):
-            return proto[len(WS_KEY_SUBPROTOCOL_PREFIX) :]
-    return None
+    """Dependency: 401 unless the request carries the configured key (if any)."""
+    refusal = key_refusal(settings.api_key, conn)
+    if refusal is not None:
+        raise refusal

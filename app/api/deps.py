@@ -12,12 +12,11 @@ from typing import Annotated
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
-from app.api.errors import SERVER_ERROR, APIError
 from app.api.metrics import Metrics
 from app.api.services import Services
 from app.config import Settings
 from app.service.diarize.job import LazyDiarizer
-from app.service.model_manager import ModelManager
+from app.service.models.manager import ModelManager
 from app.service.pool import WorkerPool
 
 
@@ -34,23 +33,9 @@ def get_settings(services: ServicesDep) -> Settings:
 
 
 def get_models(services: ServicesDep) -> ModelManager:
-    """The model manager, once the start-up models are loaded and warm; 503 before."""
-    readiness = services.readiness
-    if not readiness.ready:
-        if readiness.status == "failed":
-            raise APIError(
-                503,
-                f"Model loading failed: {readiness.error}",
-                type_=SERVER_ERROR,
-                code="model_load_failed",
-            )
-        raise APIError(
-            503,
-            "The models are still loading; retry shortly",
-            type_=SERVER_ERROR,
-            code="loading",
-            headers={"Retry-After": "5"},
-        )
+    """The model manager, when the server's gate lets a request in (503 while loading, after a
+    failed load, once stopping)."""
+    services.gate.check("request")
     return services.models
 
 

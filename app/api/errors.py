@@ -1,7 +1,8 @@
 """HTTP errors at the edge: every error leaves as OpenAI's `{"error": {message, type, ...}}`.
 
 The service refuses a request with one error, `Rejected`; its `kind` is mapped to a status here
-and nowhere else (`REJECTION_STATUS`): a bad parameter 400, fetching off 403, an unknown model
+and nowhere else (`REJECTION_STATUS`): a bad parameter 400, no or a wrong API key 401
+(`WWW-Authenticate: Bearer`), fetching off 403, an unknown model
 404, a model being unloaded 409, a limit 413, a full queue 429, a model loading, no room or
 shutting down 503; `retry_after_s` becomes `Retry-After`. The engine's audio errors: undecodable
 415, too long 413. Validation 400, a load that failed 500 with its reason, anything unexpected
@@ -19,8 +20,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.service.errors import Rejected, RejectionKind
-from app.service.model_open import ModelLoadError
-from app.service.registry import AudioDecodeError, AudioTooLongError, TranscriptionCancelled
+from app.service.models.loaded import AudioDecodeError, AudioTooLongError, TranscriptionCancelled
+from app.service.models.opening import ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
 REJECTION_STATUS: dict[RejectionKind, int] = {
     "invalid_request": 400,
+    "unauthorized": 401,
     "forbidden": 403,
     "not_found": 404,
     "conflict": 409,
@@ -35,6 +37,15 @@ REJECTION_STATUS: dict[RejectionKind, int] = {
     "busy": 429,
     "unavailable": 503,
 }
+
+
+def error_type(refusal: Rejected) -> str:
+    """OpenAI's error `type` of a refusal, the same on every wire (REST, SSE, both WebSockets):
+    the server cannot serve now or failed (5xx), slow down (429), or the client's request."""
+    status = REJECTION_STATUS[refusal.kind]
+    if status == 429:
+        return "rate_limit_error"
+    return SERVER_ERROR if status >= 500 else INVALID_REQUEST
 
 
 def error_body(
@@ -111,16 +122,16 @@ def to_api_error(exc: Exception) -> APIError:
 
 
 def _from_rejected(exc: Rejected) -> APIError:
-    status = REJECTION_STATUS[exc.kind]
-    type_ = "rate_limit_error" if status == 429 else INVALID_REQUEST
-    headers = None if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+    headers = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+    if exc.kind == "unauthorized":
+        headers["WWW-Authenticate"] = "Bearer"
     return APIError(
-        status,
+        REJECTION_STATUS[exc.kind],
         exc.message,
-        type_=SERVER_ERROR if status >= 500 else type_,
+        type_=error_type(exc),
         param=exc.param,
         code=exc.code,
-        headers=headers,
+        headers=headers or None,
     )
 
 

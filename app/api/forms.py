@@ -15,8 +15,15 @@ from fastapi import File, Form, UploadFile
 
 from app.api.schemas import Include, ResponseFormat, TimestampGranularity
 from app.service.errors import Rejected
-from app.service.options import Task, TranscriptionOptions, model_language, model_task
-from app.service.registry import LoadedModel
+from app.service.models.loaded import LoadedModel
+from app.service.transcription.options import (
+    MAX_REQUEST_BEAM_SIZE,
+    MAX_REQUEST_TEMPERATURE,
+    Task,
+    TranscriptionOptions,
+    model_language,
+    model_task,
+)
 
 # Beam search can only release a token once every beam agrees on it (often at the end of the
 # window); greedy decoding releases text as soon as each segment closes.
@@ -139,9 +146,11 @@ async def audio_form(
     model: Annotated[str | None, Form(description="Model name; default STT_DEFAULT_MODEL")] = None,
     prompt: Annotated[str | None, Form()] = None,
     response_format: Annotated[ResponseFormat, Form()] = "json",
-    temperature: Annotated[float | None, Form(ge=0.0, le=1.0)] = None,
+    temperature: Annotated[float | None, Form(ge=0.0, le=MAX_REQUEST_TEMPERATURE)] = None,
     stream: Annotated[bool, Form(description="Stream the text as Server-Sent Events")] = False,
-    beam_size: Annotated[int | None, Form(ge=1, le=16, description="Extra: beam width")] = None,
+    beam_size: Annotated[
+        int | None, Form(ge=1, le=MAX_REQUEST_BEAM_SIZE, description="Extra: beam width")
+    ] = None,
     vad_filter: Annotated[
         bool | None,
         Form(description="Extra: transcribe only the speech VAD finds (default STT_VAD_FILTER)"),

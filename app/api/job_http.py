@@ -1,42 +1,39 @@
-"""The HTTP side of a job on the worker pool, shared by the audio routes: reading the upload,
-waiting for the job while watching for a client that goes away, the metrics outcome of a failure,
-and Server-Sent Events (incl. the `error` event of a stream whose job failed)."""
+"""The HTTP side of a job run (`app.service.job_run.JobRun`), shared by the audio routes: reading
+the upload, and `JobReply`, the one place a run becomes a response — JSON (or text) when it is
+over, or Server-Sent Events as it goes — with its metrics, a client that goes away (499, the job
+cancelled) and a failure (a plain HTTP error before the first event, an SSE `error` event after).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import threading
-from collections.abc import Awaitable
-from concurrent.futures import Future
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from fastapi import Request, UploadFile
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
-from app.api.errors import APIError, UploadTooLargeError, to_api_error
-from app.api.metrics import Metrics
+from app.api.errors import UploadTooLargeError, to_api_error
+from app.api.metrics import Metrics, Stopwatch
 from app.api.schemas import ErrorEvent, ErrorObject
+from app.service.errors import Rejected
+from app.service.job_run import ENDED, JobRun
+from app.service.transcription.jobs import TranscriptionResult
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+E = TypeVar("E")
+R = TypeVar("R")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class Disconnected(Exception):
     """The client went away before its answer was ready."""
-
-
-async def job_result(future: Future[T], cancel: threading.Event) -> T:
-    """The job's result; cancelling the wait drops a waiting job or stops a running one."""
-    try:
-        return await asyncio.wrap_future(future)
-    except asyncio.CancelledError:
-        cancel.set()
-        future.cancel()
-        raise
 
 
 def outcome(error: Exception) -> str:
@@ -52,7 +49,7 @@ async def read_upload(file: UploadFile, limit_bytes: int) -> bytes:
     if len(data) > limit_bytes:
         raise UploadTooLargeError(limit_bytes)
     if not data:
-        raise APIError(400, "The uploaded file is empty", param="file", code="empty_file")
+        raise Rejected("empty_file", "The uploaded file is empty", param="file")
     return data
 
 
@@ -99,3 +96,90 @@ def failure_event(error: Exception, model: str, task: str, metrics: Metrics) -> 
         log.error("stream on %s failed", model, exc_info=error)
     metrics.observe_failure(model, task, outcome(error))
     return sse(ErrorEvent(error=ErrorObject(**api.body()["error"])))
+
+
+@dataclass(frozen=True)
+class JobReply(Generic[R]):
+    """How one request's run is answered: `request` (to notice a disconnect), the metrics of
+    `model` and `task`, `clock` started when the request came in, and `transcription` (the
+    run's result -> its transcription, for the metrics)."""
+
+    request: Request
+    metrics: Metrics
+    model: str
+    task: str
+    clock: Stopwatch
+    transcription: Callable[[R], TranscriptionResult]
+
+    async def whole(self, run: JobRun[object, R], respond: Callable[[R], Response]) -> Response:
+        """`respond(result)` once the run is over; 499 if the client went away first."""
+        try:
+            result = await until_disconnect(self.request, run.result())
+        except Disconnected:
+            self._cancelled("client disconnected")
+            return Response(status_code=499)
+        except Exception as e:
+            self.metrics.observe_failure(self.model, self.task, outcome(e))
+            raise
+        self._observe(run, result)
+        return respond(result)
+
+    async def stream(
+        self,
+        run: JobRun[E, R],
+        events: Callable[[E], Iterable[BaseModel]],
+        done: Callable[[R], BaseModel],
+    ) -> Response:
+        """Server-Sent Events: `events(e)` for each event the run posts, then `done(result)`.
+
+        The response starts at the run's first event (or its end), so a job that fails before
+        it — a full queue, bad audio — is still a plain HTTP error. Closing the connection
+        cancels the job."""
+        try:
+            first = await until_disconnect(self.request, run.next())
+        except (Disconnected, asyncio.CancelledError) as e:
+            run.cancel()
+            self._cancelled("stream client disconnected while queued")
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return Response(status_code=499)
+        if first is ENDED and (error := run.error()) is not None:
+            self.metrics.observe_failure(self.model, self.task, outcome(error))
+            raise error
+
+        async def body() -> AsyncIterator[bytes]:
+            self.metrics.active_streams.inc()
+            sent = False
+            event = first
+            try:
+                while event is not ENDED:
+                    for item in events(event):  # type: ignore[arg-type]
+                        if not sent:
+                            self.metrics.first_delta_seconds.labels(self.model).observe(
+                                self.clock()
+                            )
+                            sent = True
+                        yield sse(item, compact=True)
+                    event = await run.next()
+                try:
+                    result = await run.result()
+                except Exception as e:
+                    yield failure_event(e, self.model, self.task, self.metrics)
+                    return
+                self._observe(run, result)
+                yield sse(done(result))
+            finally:
+                self.metrics.active_streams.dec()
+                if not run.done:  # the client went away mid-stream
+                    run.cancel()
+                    self._cancelled("stream client disconnected")
+
+        return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    def _observe(self, run: JobRun, result: R) -> None:
+        total = self.clock()
+        self.metrics.observe_result(self.model, self.transcription(result), run.queue_wait_s, total)
+
+    def _cancelled(self, why: str) -> None:
+        log.info("%s; %s job on %s cancelled", why, self.task, self.model)
+        self.metrics.observe_failure(self.model, self.task, "cancelled")

@@ -19,11 +19,11 @@ from prometheus_client import (
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.service.batch_records import StepRecord
-from app.service.batching import BatchingSessions
-from app.service.jobs import TranscriptionResult
+from app.service.batching.records import StepRecord
+from app.service.batching.scheduler import BatchingSessions
+from app.service.models.loaded import LoadedModel
 from app.service.pool import WorkerPool
-from app.service.registry import LoadedModel
+from app.service.transcription.jobs import TranscriptionResult
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ROW_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)

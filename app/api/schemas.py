@@ -10,10 +10,10 @@ from pydantic import BaseModel, Field
 
 from app.service.diarize.attribution import SpeakerSegment
 from app.service.diarize.job import DiarizedResult
-from app.service.model_options import ModelStatus
-from app.service.model_policy import ModelState
-from app.service.registry import TranscriptionResult
-from app.service.results import Word
+from app.service.models.loaded import TranscriptionResult
+from app.service.models.options import ModelStatus
+from app.service.models.policy import ModelState
+from app.service.transcription.results import Word
 
 ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json", "diarized_json"]
 TimestampGranularity = Literal["segment", "word"]
@@ -290,7 +290,7 @@ class HealthModel(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["loading", "ready", "failed", "draining"]
+    status: Literal["loading", "ready", "failed", "draining", "stopped"]
     error: str | None = None
     default_model: str
     models: list[HealthModel] = Field(default_factory=list)

@@ -3,41 +3,15 @@
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 from app.api.metrics import Metrics
 from app.config import Settings
 from app.service.diarize.job import LazyDiarizer
+from app.service.gate import ServerGate
 from app.service.live import LiveHost
-from app.service.model_manager import ModelManager
+from app.service.models.manager import ModelManager
 from app.service.pool import WorkerPool
-
-
-@dataclass
-class Readiness:
-    """Model loading progress, shared between the loader thread and /health."""
-
-    status: Literal["loading", "ready", "failed"] = "loading"
-    error: str | None = None
-    since: float = 0.0  # time.time() of the last change
-    draining: bool = False  # shutting down: /health answers 503 while requests are still served
-    _event: threading.Event = field(default_factory=threading.Event, repr=False)
-
-    @property
-    def ready(self) -> bool:
-        return self.status == "ready"
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until loading ended (ready or failed); True if it did within `timeout`."""
-        return self._event.wait(timeout)
-
-    def finish(self, error: str | None, now: float) -> None:
-        self.status = "failed" if error else "ready"
-        self.error = error
-        self.since = now
-        self._event.set()
 
 
 @dataclass(frozen=True)
@@ -48,6 +22,6 @@ class Services:
     models: ModelManager
     pool: WorkerPool
     metrics: Metrics
-    readiness: Readiness
+    gate: ServerGate  # whether the server takes new work: loading, ready, draining ...
     live: LiveHost  # the live sessions: admission, their runners, the shutdown's drain
     diarizer: LazyDiarizer  # the speaker models, loaded by the first diarized request

@@ -19,10 +19,10 @@ from typing import Annotated, Literal
 from fastapi import Depends, Form
 
 from app.api.deps import SettingsDep
-from app.api.errors import APIError
 from app.api.forms import AudioForm, audio_form
 from app.service.diarize.clustering import MAX_SPEAKERS, SpeakerHints
 from app.service.diarize.job import SpeakerJob, known_clips
+from app.service.errors import Rejected
 
 DIARIZE_MODEL = "gpt-4o-transcribe-diarize"  # OpenAI's diarizing model = the default + speakers
 MAX_KNOWN_SPEAKERS = 4  # OpenAI's limit
@@ -39,8 +39,8 @@ class SpeakerForm:
     job: SpeakerJob
 
 
-def _invalid(message: str, param: str) -> APIError:
-    return APIError(400, message, param=param, code="invalid_value")
+def _invalid(message: str, param: str) -> Rejected:
+    return Rejected("invalid_value", message, param=param)
 
 
 def decode_data_url(url: str, index: int) -> bytes:
@@ -157,12 +157,12 @@ def speaker_form(
             )
         return None
     if not settings.diarization:
-        raise APIError(
-            403,
+        raise Rejected(
+            "diarization_disabled",
             "Speaker diarization is off on this server (STT_DIARIZATION=false): "
             "diarized_json, diarize=true and the model gpt-4o-transcribe-diarize are not served",
             param=_asked_by(form, alias),
-            code="diarization_disabled",
+            kind="forbidden",
         )
     if diarize and not alias and form.response_format in PLAIN_FORMATS:
         raise _invalid(

@@ -18,8 +18,8 @@ from app.api.schemas import (
     TranscriptionJSON,
     TranscriptionVerboseJSON,
 )
-from app.service import formats
 from app.service.diarize.job import DiarizedResult
+from app.service.transcription import formats
 
 
 def diarized_body(

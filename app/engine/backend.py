@@ -1,17 +1,24 @@
 """What the engine needs from a model's runtime: the seam between decoding and execution.
 
-`app.runtime.sessions.WhisperSessions` runs the graphs directly; the service's batching scheduler
-(`app.service.batching.BatchingSessions`) serves the same calls batched with other requests'.
+A decode is a resumable task (`app.runtime.steps.Steps`): a generator that yields each decoder
+call it needs and is sent that call's outputs, until it returns its result. The backend serves it
+(`run_steps`): `app.runtime.sessions.WhisperSessions` calls the decoder for each step in the
+caller's thread; the service's batching scheduler
+(`app.service.batching.scheduler.BatchingSessions`) advances every caller's task together, one
+decoder call per step for all of them.
 Shapes follow the I/O contract (`app.runtime.contract`).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from app.runtime.contract import Manifest
+from app.runtime.steps import Steps
+
+T = TypeVar("T")
 
 
 class WhisperBackend(Protocol):
@@ -49,6 +56,10 @@ class WhisperBackend(Protocol):
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One decoder call -> logits f32 [B, K, V] at the new positions `logits_at` i64 [K]
         (None: all T) and the new self K/V [B, H, T, Dh]."""
+        ...
+
+    def run_steps(self, steps: Steps[T]) -> T:
+        """Serve every decoder call of a resumable decode; its result."""
         ...
 
     def align(

@@ -10,6 +10,9 @@ a token selector and a sequence ranker (`search`).
     fork to n rows     (1 greedy, best_of sampling, beam_size beams)
     loop: filters -> select -> on_token -> cache.forward(new tokens)   until EOT / sample_len / ctx
 
+The loop is a resumable task (`app.runtime.steps.Steps`): it yields each decoder call and is sent
+its outputs; the backend serves it (`run_steps`), alone or batched with other requests' decodes.
+
 Cross K/V (one window, batch 1) are passed in and never copied. The prefilled prefix can be kept
 in a `PrefixMemo` so the transcriber's temperature-fallback attempts on the same window reuse it;
 sampling attempts can also run as the rows of one decode (`DecodingTask.run_together`: each
@@ -61,6 +64,7 @@ from app.engine.search import (
     common_prefix_length,
 )
 from app.runtime.contract import TIME_PRECISION
+from app.runtime.steps import Steps
 
 if TYPE_CHECKING:
     from app.engine.backend import WhisperBackend
@@ -227,11 +231,14 @@ class DecodingTask:
         return self._prefill()[0].no_speech_prob
 
     def _prefill(self) -> tuple[_Prefill, bool]:
+        return self.sessions.run_steps(self._prefill_steps())
+
+    def _prefill_steps(self) -> Steps[tuple[_Prefill, bool]]:
         if self._prefilled is None:
-            self._prefilled = self._compute_prefill()
+            self._prefilled = yield from self._compute_prefill()
         return self._prefilled
 
-    def _compute_prefill(self) -> tuple[_Prefill, bool]:
+    def _compute_prefill(self) -> Steps[tuple[_Prefill, bool]]:
         mode = self.options.kv_cache
         if self.memo is not None:
             found = self.memo.get(mode, self.initial_tokens)
@@ -240,7 +247,7 @@ class DecodingTask:
         start = time.perf_counter()
         cache = make_cache(mode, self.sessions, self.cross, 1)
         tokens = np.asarray([self.initial_tokens], dtype=np.int64)  # [1, L]
-        logits = cache.forward(tokens, positions=(self.sot_index, -1))  # [1, 2, V]
+        logits = yield from cache.forward_steps(tokens, positions=(self.sot_index, -1))  # [1, 2, V]
         at_sot = log_softmax(logits[:, 0].astype(np.float32))[0]
         no_speech_prob = float(np.exp(at_sot[self.tokenizer.no_speech]))
         prefill = _Prefill(cache, logits[0, 1].copy(), no_speech_prob, time.perf_counter() - start)
@@ -253,7 +260,7 @@ class DecodingTask:
         on_token: Callable[[int], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> DecodingResult:
-        return self._run((self,), on_token, cancel)[0]
+        return self.sessions.run_steps(self._steps((self,), on_token, cancel))[0]
 
     def run_together(
         self, others: Sequence[DecodingTask], cancel: threading.Event | None = None
@@ -267,18 +274,19 @@ class DecodingTask:
                 raise ValueError("only sampling decodes (temperature > 0) run together")
             if task.initial_tokens != self.initial_tokens or task.memo is not self.memo:
                 raise ValueError("decodes run together share their initial tokens and memo")
-        return self._run(tasks, None, cancel)
+        return self.sessions.run_steps(self._steps(tasks, None, cancel))
 
-    def _run(
+    def _steps(
         self,
         tasks: Sequence[DecodingTask],
         on_token: Callable[[int], None] | None,
         cancel: threading.Event | None,
-    ) -> list[DecodingResult]:
+    ) -> Steps[list[DecodingResult]]:
+        """The decode loop as a resumable task (its decoder calls served by the backend)."""
         opts, tok = self.options, self.tokenizer
         if cancel is not None and cancel.is_set():
             raise DecodingCancelled("decoding was cancelled")
-        prefill, reused = self._prefill()
+        prefill, reused = yield from self._prefill_steps()
         started = time.perf_counter()
         sizes = [task.options.n_group for task in tasks]
         n = sum(sizes)
@@ -315,7 +323,7 @@ class DecodingTask:
             # a sequence longer than n_ctx can't be fed back: stop there (never past a buffer)
             if completed or steps >= self.sample_len or tokens.shape[1] > self.n_ctx:
                 break
-            logits = cache.forward(tokens)[:, -1]  # [n, V]
+            logits = (yield from cache.forward_steps(tokens))[:, -1]  # [n, V]
             peak_nbytes = max(peak_nbytes, cache.nbytes)
 
         candidates, scores, ended = decoder.finalize(tokens, sum_logprobs)
@@ -330,14 +338,16 @@ class DecodingTask:
             handed_nbytes=cache.handed_nbytes,
         )
         if len(tasks) == 1:
-            return [self._result(candidates, scores, ended, stats, on_token, reported)]
+            return [self._result(candidates, scores, ended, stats, prefill, on_token, reported)]
         results, first = [], 0
         for i, (task, k) in enumerate(zip(tasks, sizes, strict=True)):
             rows = slice(first, first + k)
             first += k
             # the shared decode's costs are counted once, with the first result
             results.append(
-                task._result(candidates[rows], scores[rows], ended[rows], stats if i == 0 else None)
+                task._result(
+                    candidates[rows], scores[rows], ended[rows], stats if i == 0 else None, prefill
+                )
             )
         return results
 
@@ -347,13 +357,13 @@ class DecodingTask:
         scores: list[float],
         ended: list[bool],
         stats: DecodeStats | None,
+        prefill: _Prefill,
         on_token: Callable[[int], None] | None = None,
         reported: int = 0,
     ) -> DecodingResult:
         """The ranked best of this decode's candidates (whole rows ending in EOT), as a result;
         the rest of its tokens to on_token (those after `reported`)."""
         tok, opts = self.tokenizer, self.options
-        prefill, _ = self._prefill()
         sampled = []
         for seq in candidates:
             body = seq[self.sample_begin :]

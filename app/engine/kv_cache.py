@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from app.runtime.steps import DecoderInputs, DecoderOutputs, Steps
+
 if TYPE_CHECKING:
     from app.engine.backend import WhisperBackend
 
@@ -72,15 +74,21 @@ class KVCache(ABC):
 
     # -- the interface used by the decode loop ---------------------------------------------------
 
-    @abstractmethod
     def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
         """Feed the positions of `tokens` not yet processed; return logits at `positions`.
 
         tokens: i64 [B, L], the whole sequences (L > length, L <= capacity).
         positions: absolute indices into L (negative counts from the end); each must be a new
             position (>= length) except for `NoCache`, which recomputes everything.
-        Returns f32 [B, len(positions), V].
+        Returns f32 [B, len(positions), V]. Its decoder calls are served by the backend.
         """
+        return self.sessions.run_steps(self.forward_steps(tokens, positions))
+
+    @abstractmethod
+    def forward_steps(
+        self, tokens: np.ndarray, positions: Sequence[int] = (-1,)
+    ) -> Steps[np.ndarray]:
+        """`forward` as a resumable task: yields its decoder calls (a decode loop's steps)."""
 
     @abstractmethod
     def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
@@ -140,16 +148,16 @@ class KVCache(ABC):
         offsets = [absolute[i] - first for i in covered] or [new_tokens - 1]
         return covered, np.asarray(offsets, dtype=np.int64)
 
-    def _decode(
+    def _decode_steps(
         self,
         input_ids: np.ndarray,
         position_ids: np.ndarray,
         attention_mask: np.ndarray,
         past: list[np.ndarray],
         logits_at: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, list[np.ndarray]]:
+    ) -> Steps[DecoderOutputs]:
         start = time.perf_counter()
-        logits, new = self.sessions.decode(
+        logits, new = yield DecoderInputs(
             input_ids, position_ids, attention_mask, past, self.cross, logits_at
         )
         self.decoder_s += time.perf_counter() - start
@@ -206,7 +214,9 @@ class _SlotCache(KVCache):
             for buf in self.buffers:
                 buf[moved, :, :filled] = buf[order[moved], :, :filled]
 
-    def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
+    def forward_steps(
+        self, tokens: np.ndarray, positions: Sequence[int] = (-1,)
+    ) -> Steps[np.ndarray]:
         n, absolute, out = self._start_forward(tokens, positions)
         # in calls of at most tokens_per_call new positions (a concat cache: one call)
         for chunk_start in range(self.length, n, self.tokens_per_call):
@@ -221,7 +231,7 @@ class _SlotCache(KVCache):
             mask[:, :chunk_start] = 1
             mask[:, self.held :] = 1
             covered, logits_at = self._picked(absolute, chunk_start, t)
-            logits, new = self._decode(
+            logits, new = yield from self._decode_steps(
                 new_ids, np.ascontiguousarray(position_ids), mask, self.buffers, logits_at
             )
             for buf, k in zip(self.buffers, new, strict=True):
@@ -291,14 +301,16 @@ class NoCache(KVCache):
 
     mode = "none"
 
-    def forward(self, tokens: np.ndarray, positions: Sequence[int] = (-1,)) -> np.ndarray:
+    def forward_steps(
+        self, tokens: np.ndarray, positions: Sequence[int] = (-1,)
+    ) -> Steps[np.ndarray]:
         n, absolute = self._check(tokens, positions)
         input_ids = np.ascontiguousarray(tokens, dtype=np.int64)  # [B, L]
         position_ids = np.ascontiguousarray(
             np.broadcast_to(np.arange(n, dtype=np.int64), (self.batch, n))
         )
         mask = np.ones((self.batch, n), np.int64)
-        logits, _ = self._decode(input_ids, position_ids, mask, self._zeros(0))
+        logits, _ = yield from self._decode_steps(input_ids, position_ids, mask, self._zeros(0))
         self.length = n
         return logits[:, absolute]
 

@@ -32,16 +32,16 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 
 from app.engine.audio import is_narrowband, resample
-from app.engine.vad_sequence import SequenceGraphError, SequencePass
+from app.engine.vad_sequence import SequencePass, sequence_file
 from app.runtime.contract import SAMPLE_RATE
+from app.runtime.graphs import Graph, OrtGraph
 
 log = logging.getLogger(__name__)
 
 NARROW_RATE = 8000  # the model's other branch: 256-sample chunks, 32 samples of context
+RATES = (SAMPLE_RATE, NARROW_RATE)
 CHUNK_SAMPLES = 512  # 32 ms: the model's fixed chunk at 16 kHz
 CONTEXT_SAMPLES = 64  # samples of the previous chunk prepended to each chunk
 STATE_SHAPE = (2, 1, 128)
@@ -139,13 +139,13 @@ def block_gains(chunks: np.ndarray) -> np.ndarray:
 class SileroVad:
     """The loaded Silero VAD graph; one instance serves any number of streams and threads."""
 
-    def __init__(self, session: ort.InferenceSession, path: Path, sequence: SequencePass) -> None:
-        self.session = session
+    def __init__(self, graph: Graph, path: Path, sequence: SequencePass) -> None:
+        self.graph = graph
         self.path = path
         self.sequence = sequence
-        self._rates = {r: np.array(r, dtype=np.int64) for r in (SAMPLE_RATE, NARROW_RATE)}
-        names_in = {i.name for i in session.get_inputs()}
-        names_out = [o.name for o in session.get_outputs()]
+        self._rates = {r: np.array(r, dtype=np.int64) for r in RATES}
+        names_in = set(graph.input_names)
+        names_out = list(graph.output_names)
         if names_in != {"input", "state", "sr"} or names_out[:2] != ["output", "stateN"]:
             raise VadModelError(
                 f"{path} is not a Silero VAD v5/v6 graph: inputs {sorted(names_in)}, "
@@ -154,31 +154,24 @@ class SileroVad:
 
     @classmethod
     def load(cls, path: Path | str) -> SileroVad:
-        """Load `silero_vad.onnx` on the CPU provider: the graph itself with one thread (it is
-        tiny; streams call it chunk by chunk) and its sequence graphs for whole clips
-        (`app.engine.vad_sequence`)."""
+        """Load `silero_vad.onnx` on ONNX Runtime's CPU provider: the graph itself with one
+        thread (it is tiny; streams call it chunk by chunk) and its sequence graphs for whole
+        clips (`app.engine.vad_sequence`), built beside it at `make models`."""
         path = Path(path)
-        if not path.is_file():
-            raise VadModelError(
-                f"VAD model {path} not found: build it with `make models` "
-                f"(or `python -m app.export vad --models-dir {path.parent}`)"
-            )
+        for needed in (path, *(sequence_file(path, rate) for rate in RATES)):
+            if not needed.is_file():
+                raise VadModelError(
+                    f"VAD model file {needed} not found: build it with `make models` "
+                    f"(or `python -m app.export vad --models-dir {path.parent}`)"
+                )
         t0 = time.perf_counter()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
         try:
-            data = path.read_bytes()
-            session = ort.InferenceSession(
-                data, sess_options=opts, providers=["CPUExecutionProvider"]
-            )
-            sequence = SequencePass(onnx.load_from_string(data), NARROW_RATE)
-        except SequenceGraphError as e:
-            raise VadModelError(f"{path} is not a Silero VAD v5/v6 graph: {e}") from e
+            graph = OrtGraph(path, threads=1)
+            # a VAD pass is a burst between decoder calls: no worker spinning after it
+            sequences = {r: OrtGraph(sequence_file(path, r), 2, spinning=False) for r in RATES}
         except Exception as e:  # onnxruntime raises its own exception types
             raise VadModelError(f"could not load the VAD model {path}: {e}") from e
-        vad = cls(session, path, sequence)
+        vad = cls(graph, path, SequencePass(sequences))
         log.info("VAD model %s loaded in %.1f ms", path.name, 1e3 * (time.perf_counter() - t0))
         return vad
 
@@ -189,7 +182,7 @@ class SileroVad:
         NARROW_RATE [B, 32 + 256], the same 32 ms), state f32 [2, B, 128] -> (speech
         probabilities f32 [B], the next state [2, B, 128])."""
         feeds = {"input": x, "state": state, "sr": self._rates[rate]}
-        out, new_state = self.session.run(None, feeds)
+        out, new_state = self.graph.run(("output", "stateN"), feeds)
         return out[:, 0], new_state
 
     def chunk_prob(self, chunk: np.ndarray, state: VadState, gain: float | None = None) -> float:

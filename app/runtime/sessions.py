@@ -11,6 +11,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -25,8 +26,10 @@ from app.runtime.graphs import (
     OrtGraph,
     openvino_devices,
 )
+from app.runtime.steps import Steps, serve_steps
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EXECUTION_PROVIDERS = ("openvino", "cpu")
 DEVICES = ("AUTO", "NPU", "GPU", "CPU")
@@ -195,12 +198,15 @@ def open_graph(
     inference_precision: str | None = None,
     activation_quantization: str = "auto",
     bf16_ports: tuple[str, ...] = (),
+    shrink_arena: bool = False,
 ) -> Graph:
     """A graph on OpenVINO (`ep="openvino"`, on `device`) or ONNX Runtime's CPU provider
-    (`ep="cpu"`); `bf16_ports` (OpenVINO) are the inputs and outputs handed over as bf16."""
+    (`ep="cpu"`); `bf16_ports` (OpenVINO) are the inputs and outputs handed over as bf16;
+    `shrink_arena` (ONNX Runtime; OpenVINO has no such arena): `OrtGraph`'s."""
     try:
         if ep == "cpu":
-            return OrtGraph(path, threads, float_int8_inputs=not this_cpu().int8_dot_products)
+            int8 = this_cpu().int8_dot_products
+            return OrtGraph(path, threads, float_int8_inputs=not int8, shrink_arena=shrink_arena)
         properties = openvino_properties(
             device,
             inference_precision,
@@ -386,6 +392,10 @@ class WhisperSessions:
         logits, *new = self._decoder.run(self._step_outputs, feed)
         self._ran("decoder")
         return logits, new
+
+    def run_steps(self, steps: Steps[T]) -> T:
+        """A resumable decode served here, one decoder call per step."""
+        return serve_steps(steps, self.decode)
 
     def align(
         self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]

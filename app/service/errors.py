@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Literal
 
 RejectionKind = Literal[
-    "invalid_request", "not_found", "forbidden", "conflict", "busy", "unavailable", "limit"
-]
+    "invalid_request", "unauthorized", "not_found", "forbidden", "conflict", "busy",
+    "unavailable", "limit",
+]  # fmt: skip
 
 
 class Rejected(Exception):
@@ -20,10 +21,11 @@ class Rejected(Exception):
     code: machine-readable reason ("invalid_value", "model_not_found", "queue_full",
     "session_too_long" ...); message: for a person; param: the request field at fault, if one is;
     kind: what sort of refusal — invalid_request (the client sent a value the service cannot
-    use), not_found (it named something that does not exist), forbidden (this server's settings
-    do not allow it), conflict (it clashes with what is under way, such as an unload), busy (try
-    again soon: `retry_after_s`), unavailable (the service or a model cannot serve now; may carry
-    `retry_after_s`), limit (a size or duration bound was passed).
+    use), unauthorized (it did not present the API key), not_found (it named something that does
+    not exist), forbidden (this server's settings do not allow it), conflict (it clashes with
+    what is under way, such as an unload), busy (try again soon: `retry_after_s`), unavailable
+    (the service or a model cannot serve now; may carry `retry_after_s`), limit (a size or
+    duration bound was passed).
     """
 
     def __init__(

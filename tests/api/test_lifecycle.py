@@ -19,9 +19,9 @@ from fastapi.testclient import TestClient
 from app.api.deps import get_models
 from app.config import Settings
 from app.main import create_app
-from app.service.model_leases import Lease
-from app.service.model_manager import ModelManager
-from app.service.registry import LoadedModel
+from app.service.models.leases import Lease
+from app.service.models.loaded import LoadedModel
+from app.service.models.manager import ModelManager
 from tests.api.conftest import JFK_WAV, assert_openai_error, free_port
 from tests.conftest import MODELS_DIR, model_dir
 
@@ -66,7 +66,7 @@ def test_health_is_503_while_loading_then_200(monkeypatch: pytest.MonkeyPatch) -
         error = assert_openai_error(early, 503)
         assert error["code"] == "loading" and early.headers["retry-after"]
         loading_may_start.set()
-        assert app.state.services.readiness.wait(120)
+        assert app.state.services.gate.wait_loaded(120)
         r = client.get("/health")
         assert r.status_code == 200, r.text
         body = r.json()
@@ -81,7 +81,7 @@ def test_missing_model_reports_failed_health(tmp_path: Path) -> None:
     supervisor restarting a process that exits would loop; test_faults.py checks uvicorn)."""
     app = create_app(Settings(models=["tiny.en", "nope"], models_dir=tmp_path))
     with TestClient(app) as client:
-        assert app.state.services.readiness.wait(5)
+        assert app.state.services.gate.wait_loaded(5)
         r = client.get("/health")
         assert r.status_code == 503 and r.json()["status"] == "failed"
         assert "nope" in r.json()["error"] and "make models" in r.json()["error"]
@@ -98,7 +98,7 @@ def test_broken_model_reports_failed_health(tmp_path: Path) -> None:
         (broken / name).write_bytes(b"this is not an onnx graph")
     app = create_app(Settings(models=["broken"], models_dir=tmp_path))
     with TestClient(app) as client:
-        assert app.state.services.readiness.wait(60)
+        assert app.state.services.gate.wait_loaded(60)
         r = client.get("/health")
         assert r.status_code == 503
         assert r.json()["status"] == "failed"
@@ -162,7 +162,7 @@ def exploding_server() -> Iterator[str]:
     deadline = time.monotonic() + 120
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert app.state.services.readiness.wait(120)
+    assert app.state.services.gate.wait_loaded(120)
     real = app.state.services.models
     app.dependency_overrides[get_models] = lambda: _ExplodingModels(real)
     yield f"http://127.0.0.1:{port}"

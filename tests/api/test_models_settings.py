@@ -123,7 +123,7 @@ def test_an_unbuilt_start_up_model_needs_downloads_or_a_cache(tmp_path: Path) ->
     settings = Settings(models=["Systran/faster-whisper-small", "tiny.en"], models_dir=tmp_path)
     app = create_app(settings)
     with TestClient(app) as client:
-        assert app.state.services.readiness.wait(60)
+        assert app.state.services.gate.wait_loaded(60)
         r = client.get("/health")
         assert r.status_code == 503 and r.json()["status"] == "failed"
         message = r.json()["error"]

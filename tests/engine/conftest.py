@@ -19,7 +19,7 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
-from app.service.transcriber import Transcriber
+from app.service.transcription.transcriber import Transcriber
 from tests.conftest import (
     AUDIO,
     MODELS_DIR,

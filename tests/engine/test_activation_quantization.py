@@ -17,8 +17,8 @@ import pytest
 
 from app.runtime.cpu_kind import this_cpu
 from app.runtime.sessions import RuntimeOptions, WhisperSessions, openvino_properties
-from app.service.options import TranscriptionOptions
-from app.service.transcriber import Transcriber
+from app.service.transcription.options import TranscriptionOptions
+from app.service.transcription.transcriber import Transcriber
 from tests.conftest import model_dir
 from tests.engine.conftest import ENGLISH_CLIPS, clip, normalise
 

@@ -20,12 +20,22 @@ import pytest
 
 from app.engine.decoding import decode
 from app.engine.decoding_types import DecodingOptions
-from app.service.batch_pack import DecodeCall, DecoderInputs, EncodeCall, InputScratch, Layout
-from app.service.batch_records import BatchingOptions, StepRecord
-from app.service.batching import BatchingSessions
-from app.service.core_turns import CoreTurns
-from app.service.cross_slab import CrossKV
-from app.service.transcriber import Transcriber, TranscriptionCancelled, TranscriptionOptions
+from app.runtime.steps import DecoderInputs
+from app.service.batching.core_turns import CoreTurns
+from app.service.batching.cross_slab import CrossKV
+from app.service.batching.pack import (
+    DecodeCall,
+    EncodeCall,
+    InputScratch,
+    Layout,
+)
+from app.service.batching.records import BatchingOptions, StepRecord
+from app.service.batching.scheduler import BatchingSessions
+from app.service.transcription.transcriber import (
+    Transcriber,
+    TranscriptionCancelled,
+    TranscriptionOptions,
+)
 from tests.engine.conftest import EARNINGS, JFK, clip, window_cross, window_features
 
 GREEDY = TranscriptionOptions(beam_size=None, best_of=None)
@@ -119,6 +129,33 @@ def test_rows_join_and_leave_mid_decode(tiny_fp16, tiny_tok, batched) -> None:
     assert after and all(r.calls == 1 for r in after), "after leaving, the long one runs alone"
 
 
+def test_a_task_that_needs_a_decode_of_its_own_gets_it_on_the_lane(tiny_fp16, batched) -> None:
+    """A decode task whose step asks the backend for another decode (on the decoder lane's own
+    thread) is served there and then, unbatched, instead of waiting for the lane forever."""
+    cross = window_cross(batched, clip(JFK))
+    first = DecoderInputs(
+        np.array([[50257]], np.int64), np.array([[0]], np.int64), np.ones((1, 1), np.int64),
+        batched.empty_past(), cross,
+    )  # fmt: skip
+    second = DecoderInputs(
+        np.array([[50362]], np.int64), np.array([[0]], np.int64), np.ones((1, 1), np.int64),
+        batched.empty_past(), cross,
+    )  # fmt: skip
+    lanes: list[str] = []
+
+    def task():
+        served = yield first
+        lanes.append(threading.current_thread().name)
+        inner = batched.decode(*second.args())  # from the lane: would wait for itself
+        return served, inner
+
+    with ThreadPoolExecutor(1) as pool:
+        served, inner = pool.submit(batched.run_steps, task()).result(60)
+    assert lanes == ["stt-decode-test"], "the step ran on the decoder lane"
+    for got, inputs in ((served, first), (inner, second)):
+        np.testing.assert_allclose(got[0], tiny_fp16.decode(*inputs.args())[0], atol=1e-5)
+
+
 def test_cancelled_request_frees_its_row(tiny_tok, batched, alone: Alone) -> None:
     expected = alone(EARNINGS, GREEDY)
     transcriber = Transcriber(batched, tiny_tok)
@@ -185,12 +222,12 @@ def test_windows_are_encoded_straight_into_free_slots(tiny_fp16, batched) -> Non
             np.testing.assert_allclose(got, want, atol=1e-4)
 
 
-def test_two_decoder_lanes_take_turns_with_the_encoder(tiny_fp16, tiny_tok, alone: Alone) -> None:
-    """With two decoder lanes (one cohort's Python overlaps another's call) the lanes and the
-    encoder still hold the cores one at a time, and the text equals unbatched decoding."""
+def test_the_decoder_lane_takes_turns_with_the_encoder(tiny_fp16, tiny_tok, alone: Alone) -> None:
+    """The decoder lane and the encoder lane hold the cores one at a time, and the text equals
+    unbatched decoding."""
     jobs = [(EARNINGS, GREEDY), (JFK, GREEDY), (EARNINGS, BEAM)]
     expected = [alone(name, opts) for name, opts in jobs]
-    scheduler = BatchingSessions(tiny_fp16, BatchingOptions(max_rows=8, lanes=2), name="lanes")
+    scheduler = BatchingSessions(tiny_fp16, BatchingOptions(max_rows=8), name="turns")
     inside: list[str] = []
     overlaps: list[tuple[str, ...]] = []
     for take in ("encoder", "decoder"):

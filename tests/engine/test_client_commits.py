@@ -17,7 +17,7 @@ from app.service.live import (
     StreamingOptions,
     StreamingSession,
 )
-from app.service.transcriber import Transcriber
+from app.service.transcription.transcriber import Transcriber
 from tests.api.test_realtime_turns import client_commit_points, normalise, word_errors
 from tests.engine.conftest import EARNINGS, ENGLISH_CLIPS, REFERENCES, clip
 

@@ -12,10 +12,10 @@ from app.runtime.sessions import RuntimeOptions
 from app.service.diarize.attribution import SpeakerSegment
 from app.service.diarize.job import LazyDiarizer, SpeakerJob, transcribe_speakers
 from app.service.diarize.pipeline import Diarizer
-from app.service.jobs import TranscriptionJob
-from app.service.model_open import OpenOptions, open_model
-from app.service.registry import LoadedModel
-from app.service.transcriber import TranscriptionCancelled
+from app.service.models.loaded import LoadedModel
+from app.service.models.opening import OpenOptions, open_model
+from app.service.transcription.jobs import TranscriptionJob
+from app.service.transcription.transcriber import TranscriptionCancelled
 from tests.conftest import MODELS_DIR, model_dir
 from tests.conversation import two_speakers
 

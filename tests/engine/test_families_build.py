@@ -28,8 +28,8 @@ from app.export.errors import BuildError
 from app.export.sources import resolve_local_folder, sha256_of
 from app.runtime.contract import ContractError, Manifest, missing_files
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
-from app.service.options import TranscriptionOptions
-from app.service.transcriber import Transcriber
+from app.service.transcription.options import TranscriptionOptions
+from app.service.transcription.transcriber import Transcriber
 from tests.checkpoints import (
     FAMILIES,
     N_TIMESTAMPS,

@@ -19,7 +19,7 @@ from app.export.names import folder_name
 from app.export.obtain import built
 from app.runtime.contract import Manifest
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
-from app.service.transcriber import Transcriber, TranscriptionOptions
+from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
 from tests.engine.conftest import JFK, SPANISH, clip
 from tests.hub_repos import (
     CT2_REPO,

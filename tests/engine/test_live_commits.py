@@ -17,7 +17,7 @@ from app.service.live.options import StreamingOptions
 from app.service.live.policy import AlignAtt, LocalAgreement
 from app.service.live.transcript import Transcript
 from app.service.live.window_pass import Pass, spread_words
-from app.service.windows import WindowSegment
+from app.service.transcription.windows import WindowSegment
 
 ALIGNATT = StreamingOptions(language="en", vad=None)
 AGREEMENT = StreamingOptions(language="en", vad=None, policy="local_agreement")

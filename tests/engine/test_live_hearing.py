@@ -17,7 +17,7 @@ from app.service.live import (
     VoiceActivity,
 )
 from app.service.live.session import ADMIT_SLICE
-from app.service.transcriber import Transcriber
+from app.service.transcription.transcriber import Transcriber
 from tests.engine.conftest import JFK, clip
 
 PAD = round(VadOptions().speech_pad_s * SAMPLE_RATE)  # the speech's tail after the VAD's end

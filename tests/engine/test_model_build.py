@@ -20,7 +20,7 @@ from app.runtime import contract
 from app.runtime.contract import ContractError, Manifest
 from app.runtime.graphs import OPENVINO, ORT_CPU
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
-from app.service.transcriber import Transcriber, TranscriptionOptions
+from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
 from tests.conftest import REPO, WEIGHTS_CACHE
 from tests.engine.conftest import JFK, clip
 

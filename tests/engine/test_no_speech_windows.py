@@ -1,14 +1,15 @@
-"""A decoded window judged to hold no speech writes nothing (`app.service.windows.judged_silent`):
-Whisper's no-speech rule, and a text too long for the window's audio."""
+"""A decoded window judged to hold no speech writes nothing
+(`app.service.transcription.windows.judged_silent`): Whisper's no-speech rule, and a text too
+long for the window's audio."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from app.service.options import TranscriptionOptions
-from app.service.transcriber import Transcriber
-from app.service.windows import judged_silent
+from app.service.transcription.options import TranscriptionOptions
+from app.service.transcription.transcriber import Transcriber
+from app.service.transcription.windows import judged_silent
 from tests.engine.conftest import EARNINGS, clip, normalise
 from tests.media import at_snr, coloured
 

@@ -30,7 +30,6 @@ from app.engine.speakers import (
     SpeakerSegmentation,
     TooLittleSpeech,
     load_speaker_models,
-    run_options,
 )
 from app.engine.speakers.fbank import fbank
 from app.engine.speakers.segmentation import (
@@ -365,17 +364,15 @@ def test_on_a_cpu_they_run_on_onnx_runtimes_cpu_provider():
     assert (loaded.device, loaded.provider) == ("CPU", ORT_CPU)
 
 
-def test_on_openvino_both_graphs_run_with_the_loaders_run_options():
-    """NPU/GPU load through OpenVINO, which has no CPU arena to shrink (OpenVINO's CPU device
-    stands in for them here)."""
+def test_on_openvino_both_graphs_run():
+    """NPU/GPU load through OpenVINO (its CPU device stands in for them here)."""
     if not is_built(MODELS_DIR / FOLDER):
         not_built(MODELS_DIR / FOLDER)
     folder = MODELS_DIR / FOLDER
-    runs = run_options("openvino")
     session = open_graph(folder / EMBEDDING_FILE, "openvino", "CPU", 0)
-    embedding = SpeakerEmbedding(session, runs)
+    embedding = SpeakerEmbedding(session)
     vector = embedding(audio(AUDIO / "jfk.flac")[: 3 * 16000])
     assert vector.shape == (192,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-4
     session = open_graph(folder / SEGMENTATION_FILE, "openvino", "CPU", 0)
-    activity = SpeakerSegmentation(session, run_options=runs)(audio(AUDIO / "jfk.flac"))
+    activity = SpeakerSegmentation(session)(audio(AUDIO / "jfk.flac"))
     assert activity.shape[1:] == (589, 3) and activity.any()

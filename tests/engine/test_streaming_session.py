@@ -20,7 +20,7 @@ from app.service.live import (
     StreamingSession,
     StreamSegment,
 )
-from app.service.transcriber import Transcriber
+from app.service.transcription.transcriber import Transcriber
 from tests.engine.conftest import EMPTY, JFK, clip, normalise
 
 JFK_TEXT = (

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from app.engine.language_detection import detect_language
-from app.service.text_stream import TextStream
-from app.service.transcriber import (
+from app.service.transcription.text_stream import TextStream
+from app.service.transcription.transcriber import (
     Transcriber,
     TranscriptionCancelled,
     TranscriptionOptions,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import shutil
 
 import numpy as np
 import onnx
@@ -27,8 +28,9 @@ from app.engine.vad_spans import (
     speech_time_map,
     speech_timestamps,
 )
+from app.export.errors import BuildError
 from app.export.sources import sha256_of
-from app.export.vad import VAD_SHA256
+from app.export.vad import VAD_SHA256, ensure_sequence_graphs
 from tests.conftest import MODELS_DIR
 from tests.engine.conftest import EARNINGS, EMPTY, JFK, clip
 from tests.media import telephone
@@ -38,13 +40,33 @@ VAD_PATH = MODELS_DIR / "silero_vad.onnx"
 
 def test_model_file_is_the_checked_one(vad: SileroVad) -> None:
     assert sha256_of(VAD_PATH) == VAD_SHA256
-    names = {i.name: i.shape for i in vad.session.get_inputs()}
-    assert names["state"] == [2, None, 128] and names["input"] == [None, None]
+    assert set(vad.graph.input_names) == {"input", "state", "sr"}
+    probs, state = vad.run(np.zeros((3, 64 + 512), np.float32), np.zeros((2, 3, 128), np.float32))
+    assert probs.shape == (3,) and state.shape == (2, 3, 128)
 
 
 def test_missing_model_has_a_clear_error(tmp_path) -> None:
     with pytest.raises(VadModelError, match="make models"):
         SileroVad.load(tmp_path / "silero_vad.onnx")
+
+
+def test_a_folder_made_before_the_sequence_graphs_gets_them_and_the_same_probabilities(
+    tmp_path, vad: SileroVad
+) -> None:
+    """A models folder from before `make models` built the sequence graphs: the VAD refuses to
+    load with the way out named, and once the server's start has written them (as
+    `ensure_sequence_graphs` does) it reads a clip exactly as the built folder's VAD."""
+    shutil.copyfile(VAD_PATH, tmp_path / VAD_PATH.name)
+    with pytest.raises(VadModelError, match=r"sequence-16000\.onnx not found.*make models"):
+        SileroVad.load(tmp_path / VAD_PATH.name)
+    written = ensure_sequence_graphs(tmp_path)
+    assert sorted(p.name for p in written) == [
+        "silero_vad.sequence-16000.onnx", "silero_vad.sequence-8000.onnx"
+    ]  # fmt: skip
+    assert ensure_sequence_graphs(tmp_path) == []  # nothing left to write
+    again = SileroVad.load(tmp_path / VAD_PATH.name)
+    audio = clip(JFK)
+    np.testing.assert_array_equal(again.probs(audio), vad.probs(audio))
 
 
 def test_jfk_speech_regions(vad: SileroVad) -> None:
@@ -262,5 +284,5 @@ def test_a_graph_that_is_not_silero_is_rejected(tmp_path) -> None:
     )  # fmt: skip
     path = tmp_path / "silero_vad.onnx"
     onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8), path)
-    with pytest.raises(VadModelError, match="not a Silero VAD"):
-        SileroVad.load(path)
+    with pytest.raises(BuildError, match="not a Silero VAD"):
+        ensure_sequence_graphs(tmp_path)

@@ -19,7 +19,7 @@ import jiwer
 import pytest
 from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
-from app.service.transcriber import Transcriber, TranscriptionOptions
+from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
 from tests.engine.conftest import ENGLISH_CLIPS, REFERENCES, clip
 
 pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind

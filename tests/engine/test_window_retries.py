@@ -10,9 +10,9 @@ from app.engine.decoding import DecodingTask, PrefixMemo
 from app.engine.decoding_types import DecodingOptions
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
-from app.service.options import TranscriptionOptions
-from app.service.transcriber import Transcriber
-from app.service.window_decode import file_plan
+from app.service.transcription.options import TranscriptionOptions
+from app.service.transcription.transcriber import Transcriber
+from app.service.transcription.window_decode import file_plan
 from tests.engine.conftest import JFK, clip
 
 

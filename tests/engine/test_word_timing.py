@@ -9,9 +9,9 @@ import itertools
 import numpy as np
 import pytest
 
-from app.service.batch_records import BatchingOptions
-from app.service.batching import BatchingSessions
-from app.service.transcriber import Transcriber, TranscriptionOptions
+from app.service.batching.records import BatchingOptions
+from app.service.batching.scheduler import BatchingSessions
+from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
 from tests.engine.conftest import EARNINGS, JFK, SPANISH, clip, seconds
 
 WORDS = TranscriptionOptions(language="en", beam_size=1, word_timestamps=True)

@@ -7,17 +7,17 @@ import gc
 import numpy as np
 import pytest
 
-from app.service.batch_pack import (
+from app.runtime.steps import DecoderInputs
+from app.service.batching.cross_slab import CrossSlab
+from app.service.batching.pack import (
     DecodeCall,
-    DecoderInputs,
     InputScratch,
     pack_by_slot,
     pack_groups,
     padding,
 )
-from app.service.batch_records import BatchingOptions
-from app.service.batching import _same_cpu
-from app.service.cross_slab import CrossSlab
+from app.service.batching.records import BatchingOptions
+from app.service.batching.scheduler import _same_cpu
 
 H, DH, CTX = 2, 4, 6  # heads, head size, audio positions
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app.service.core_turns import CoreTurns
+from app.service.batching.core_turns import CoreTurns
 
 ENCODE_S, STEP_S = 1 / 64, 1 / 256  # exact in binary: no rounding in the clock
 

@@ -10,7 +10,7 @@ from app.service.diarize.attribution import (
     speaker_segments,
     word_speaker,
 )
-from app.service.results import Segment, Word
+from app.service.transcription.results import Segment, Word
 
 TURNS = (Turn(0.0, 4.0, 1), Turn(3.5, 8.0, 0), Turn(9.0, 12.0, 1))
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from app.service.diarize.beside import HeldSegments, Stop, beside
-from app.service.transcriber import TranscriptionCancelled
+from app.service.transcription.transcriber import TranscriptionCancelled
 
 
 def _until_stopped(stop: threading.Event) -> None:

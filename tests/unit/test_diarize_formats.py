@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.service.diarize.attribution import SpeakerSegment
-from app.service.formats import to_srt, to_vtt
+from app.service.transcription.formats import to_srt, to_vtt
 
 SEGMENTS = (
     SpeakerSegment(0.0, 1.5, "A", "Hello there.", ()),

@@ -1,12 +1,13 @@
-"""When a window is decoded again at the next temperature (`app.service.fallback.FallbackRule`):
-decoding results in, decisions out; no model."""
+"""When a window is decoded again at the next temperature
+(`app.service.transcription.fallback.FallbackRule`): decoding results in, decisions out; no
+model."""
 
 from __future__ import annotations
 
 import pytest
 
 from app.engine.decoding_types import DecodingResult
-from app.service.fallback import FallbackRule
+from app.service.transcription.fallback import FallbackRule
 
 RULE = FallbackRule(compression_ratio_threshold=2.4, log_prob_threshold=-1.0,
                     no_speech_threshold=0.6)  # fmt: skip

@@ -27,9 +27,9 @@ from app.api.live.connection import CLOSE_TOO_BIG, close_code
 from app.api.live.stream_options import audio_stream_options, live_defaults
 from app.config import Settings
 from app.service.errors import Rejected
-from app.service.jobs import UnknownModelError
 from app.service.live import ENCODINGS, StreamingOptions
-from app.service.transcriber import TranscriptionOptions
+from app.service.transcription.jobs import UnknownModelError
+from app.service.transcription.transcriber import TranscriptionOptions
 
 MAX_BYTES = 8192
 KNOWN_TYPES = [

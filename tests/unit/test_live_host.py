@@ -1,6 +1,6 @@
 """The live host (`app.service.live.host`): who is admitted, how a refusal ends a session, the
 event queue to a connection, and the shutdown's wait for the last session. Real objects: a
-model manager with nothing loaded, a worker pool, the server's `Readiness`."""
+model manager with nothing loaded, a worker pool, the server's gate."""
 
 from __future__ import annotations
 
@@ -9,20 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from app.api.live.connection import close_code, error_type
-from app.api.services import Readiness
+from app.api.errors import error_type
+from app.api.live.connection import close_code
 from app.service.errors import Rejected
+from app.service.gate import ServerGate
 from app.service.live import LiveHost, LiveLimits, Outbox, ending
-from app.service.model_manager import ModelManager
+from app.service.models.manager import ModelManager
 from app.service.pool import PoolClosedError, QueueFullError, WorkerPool
 
 
 def make_host(tmp_path: Path, max_sessions: int = 2, ready: bool = True) -> LiveHost:
-    readiness = Readiness()
+    gate = ServerGate()
     if ready:
-        readiness.finish(None, 0.0)
+        gate.loaded()
     models = ModelManager(tmp_path, "tiny.en")
-    return LiveHost(models, WorkerPool(1, 1), readiness, LiveLimits(), max_sessions)
+    return LiveHost(models, WorkerPool(1, 1), gate, LiveLimits(), max_sessions)
 
 
 def refusal_of(host: LiveHost) -> Rejected:
@@ -38,8 +39,10 @@ def test_no_session_while_the_models_load_and_the_failure_is_named(tmp_path: Pat
         assert (refused.code, refused.kind, ending(refused)) == ("loading", "unavailable",
                                                                   "try_again")  # fmt: skip
         assert "loading" in refused.message
-        host.state.finish("no model folder models/tiny.en", 0.0)  # type: ignore[attr-defined]
-        assert refusal_of(host).message == "no model folder models/tiny.en"
+        host.gate.loaded("no model folder models/tiny.en")
+        refused = refusal_of(host)
+        assert (refused.code, ending(refused)) == ("model_load_failed", "internal")
+        assert "no model folder models/tiny.en" in refused.message
         assert host.count == 0
 
     asyncio.run(scenario())
@@ -48,11 +51,11 @@ def test_no_session_while_the_models_load_and_the_failure_is_named(tmp_path: Pat
 def test_no_session_while_the_server_shuts_down(tmp_path: Path) -> None:
     async def scenario() -> None:
         host = make_host(tmp_path)
-        host.state.draining = True  # type: ignore[misc]  # /health says draining
-        assert refusal_of(host).code == "shutting_down"
-        host.state.draining = False  # type: ignore[misc]
         host.admit().close()
-        host.drain.set()  # live sessions are being ended
+        host.gate.drain()  # /health says draining; requests are still served
+        assert host.gate.refusal("request") is None
+        assert refusal_of(host).code == "shutting_down"
+        host.gate.stop()  # the live sessions were ended
         refused = refusal_of(host)
         assert (refused.code, ending(refused)) == ("shutting_down", "try_again")
 
@@ -97,15 +100,15 @@ def test_the_shutdown_waits_for_the_last_session(tmp_path: Path) -> None:
         (Rejected("session_too_long", "m", kind="limit"), "policy", 1008, "invalid_request_error"),
         (Rejected("buffer_overflow", "m", kind="limit"), "policy", 1008, "invalid_request_error"),
         (Rejected("idle_timeout", "m", kind="limit"), "policy", 1008, "invalid_request_error"),
-        (Rejected("invalid_api_key", "m", kind="forbidden"), "policy", 1008,
+        (Rejected("invalid_api_key", "m", kind="unauthorized"), "policy", 1008,
          "invalid_request_error"),
         (Rejected("message_too_large", "m", kind="limit"), "too_big", 1009,
          "invalid_request_error"),
-        (Rejected("timeout", "m", kind="limit"), "internal", 1011, "server_error"),
+        (Rejected("timeout", "m", kind="unavailable"), "internal", 1011, "server_error"),
         (Rejected("internal_error", "m", kind="unavailable"), "internal", 1011, "server_error"),
         (PoolClosedError("the server is shutting down"), "try_again", 1013, "server_error"),
         # reported, and the session goes on
-        (QueueFullError("busy", 5), None, None, "server_error"),
+        (QueueFullError("busy", 5), None, None, "rate_limit_error"),
         (Rejected("invalid_audio", "m"), None, None, "invalid_request_error"),
         (Rejected("model_not_found", "m", kind="not_found"), None, None,
          "invalid_request_error"),

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from app.service.jobs import ModelUnavailableError, UnknownModelError
-from app.service.model_policy import (
+from app.service.models.policy import (
     Resident,
     over_capacity,
     plan_evictions,
     refusal,
     request_action,
 )
+from app.service.transcription.jobs import ModelUnavailableError, UnknownModelError
 
 
 def loaded(name: str, last_used: float, leases: int = 0, keep: bool = False) -> Resident:

@@ -23,12 +23,12 @@ from app.api.live.stream_options import (
 )
 from app.config import Settings
 from app.service.errors import Rejected
-from app.service.jobs import ModelUnavailableError, UnknownModelError
 from app.service.live import FramedPcm, PcmInput, VadOptions
 from app.service.live.options import LiveDefaults, pcm_rate
-from app.service.model_options import DownloadsDisabledError
-from app.service.options import TranscriptionOptions
+from app.service.models.options import DownloadsDisabledError
 from app.service.pool import PoolClosedError, QueueFullError
+from app.service.transcription.jobs import ModelUnavailableError, UnknownModelError
+from app.service.transcription.options import TranscriptionOptions
 
 
 @dataclass

@@ -9,8 +9,8 @@ import pytest
 from app.engine.audio import AudioDecodeError
 from app.service.live import PcmInput, StreamingOptions
 from app.service.live.admission import AudioBuffer
-from app.service.live.units import align_committed
-from app.service.windows import split_window
+from app.service.live.word_match import align_committed
+from app.service.transcription.windows import split_window
 
 TS = 50363  # timestamp_begin of the English-only vocabulary
 

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from app.engine.decoding_types import DecodingOptions, compression_ratio
-from app.service import formats
-from app.service.results import Segment, TranscriptionInfo
-from app.service.transcriber import TranscriptionOptions
-from app.service.windows import file_segments
+from app.service.transcription import formats
+from app.service.transcription.results import Segment, TranscriptionInfo
+from app.service.transcription.transcriber import TranscriptionOptions
+from app.service.transcription.windows import file_segments
 
 TS = 50363  # <|0.00|> of the English-only models
 WINDOW = 3000  # mel frames

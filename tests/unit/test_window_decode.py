@@ -1,5 +1,6 @@
-"""The one window decode's plans (`app.service.window_decode.WindowPlan`): how a file window and
-a live pass are judged and streamed, as data; decoding results in, verdicts out; no model."""
+"""The one window decode's plans (`app.service.transcription.window_decode.WindowPlan`): how a
+file window and a live pass are judged and streamed, as data; decoding results in, verdicts out;
+no model."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from app.engine.decoding_types import DecodingResult
 from app.service.live.options import StreamingOptions
 from app.service.live.window_pass import pass_plan
-from app.service.options import TranscriptionOptions
-from app.service.window_decode import TOGETHER_KV_BYTES, file_plan, rows_within
+from app.service.transcription.options import TranscriptionOptions
+from app.service.transcription.window_decode import TOGETHER_KV_BYTES, file_plan, rows_within
 
 TS = 50363  # <|0.00|> of the English-only models
 PREFIX = (TS, 1, 2, TS + 50)  # a committed segment, forced with its timestamps

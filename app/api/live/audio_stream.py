@@ -30,12 +30,12 @@ from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
 from app.api.deps import ServicesDep
+from app.api.errors import error_type
 from app.api.live.audio_stream_config import StreamConfig, apply_update
 from app.api.live.connection import (
     LiveConnection,
     LiveDeps,
     check_size,
-    error_type,
     load_json_event,
     serve,
 )
@@ -157,7 +157,7 @@ def parse_client_message(message: dict[str, Any], max_bytes: int) -> ClientMessa
 class AudioStreamConnection(LiveConnection):
     def __init__(self, websocket: WebSocket, deps: LiveDeps) -> None:
         super().__init__(websocket, deps)
-        self.config = StreamConfig.default(deps.registry.get(None), deps.defaults)
+        self.config = StreamConfig.default(deps.models.get(None), deps.defaults)
 
     def session_json(self) -> dict[str, Any]:
         return self.config.as_json(self.settings.stream_step_s)
@@ -190,7 +190,7 @@ class AudioStreamConnection(LiveConnection):
                     raise Rejected("session_started",
                                    "session.update must come before the first audio",
                                    param="session")  # fmt: skip
-                self.config = apply_update(self.config, patch, self.deps.registry)
+                self.config = apply_update(self.config, patch, self.deps.models)
                 self.outbox.put(SessionEvent(type="session.updated", session=self.session_json()))
             case BufferCommit():
                 if self.runner is not None:

@@ -15,10 +15,11 @@ from typing import Any
 
 from app.service.errors import Rejected
 from app.service.live import ENCODINGS, StreamingOptions, VadOptions
+from app.service.live.bounds import PREROLL_S
 from app.service.live.options import LiveDefaults, pcm_rate
-from app.service.model_leases import SessionModels
-from app.service.options import model_language, model_task
-from app.service.registry import LoadedModel
+from app.service.models.leases import SessionModels
+from app.service.models.loaded import LoadedModel
+from app.service.transcription.options import model_language, model_task
 
 FIELDS = ("model", "language", "task", "sample_rate", "encoding", "prompt", "vad",
           "word_timestamps")  # fmt: skip
@@ -54,7 +55,7 @@ class StreamConfig:
         }
 
 
-def apply_update(config: StreamConfig, patch: Any, registry: SessionModels) -> StreamConfig:
+def apply_update(config: StreamConfig, patch: Any, models: SessionModels) -> StreamConfig:
     """`config` with the client's `session` object applied; raises Rejected."""
     if not isinstance(patch, dict):
         raise Rejected("invalid_value", "'session' must be an object", param="session")
@@ -69,7 +70,7 @@ def apply_update(config: StreamConfig, patch: Any, registry: SessionModels) -> S
     language = config.language
     if patch.get("model") is not None:
         try:
-            model = registry.get(str(patch["model"]))
+            model = models.get(str(patch["model"]))
         except Rejected as e:
             raise Rejected(e.code, e.message, param="session.model", kind=e.kind) from e
         if language == "en" and "language" not in patch and model.multilingual:
@@ -101,18 +102,18 @@ def apply_update(config: StreamConfig, patch: Any, registry: SessionModels) -> S
         changes["word_timestamps"] = patch["word_timestamps"]
     if "vad" in patch:
         changes["vad"], changes["preroll_s"] = _vad_setting(
-            patch["vad"], config.vad, config.preroll_s, registry
+            patch["vad"], config.vad, config.preroll_s, models
         )
     return replace(config, **changes)
 
 
 def _vad_setting(
-    value: Any, current: VadOptions | None, preroll_s: float, registry: SessionModels
+    value: Any, current: VadOptions | None, preroll_s: float, models: SessionModels
 ) -> tuple[VadOptions | None, float]:
     """`vad` of session.update -> (options or None for off, seconds kept before speech)."""
     if value is None or value is False:
         return None, preroll_s
-    if registry.vad is None:
+    if models.vad is None:
         raise Rejected(
             "vad_unavailable",
             "VAD is not available on this server (models/silero_vad.onnx is missing)",
@@ -129,7 +130,11 @@ def _vad_setting(
     for key, raw in value.items():
         if key == "type":
             continue
-        if key == "prefix_padding_ms" and isinstance(raw, int | float) and 0 <= raw <= 2000:
+        if (
+            key == "prefix_padding_ms"
+            and isinstance(raw, int | float)
+            and PREROLL_S.ms.problem(raw) is None
+        ):
             preroll_s = float(raw) / 1000
             continue
         if key not in fields or not isinstance(raw, int | float) or isinstance(raw, bool):

@@ -34,7 +34,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import BaseModel
 from starlette.websockets import WebSocketState
 
-from app.api.auth import WS_KEY_SUBPROTOCOL_PREFIX, key_matches, websocket_key
+from app.api.auth import WS_KEY_SUBPROTOCOL_PREFIX, key_refusal
 from app.api.live.stream_options import live_defaults
 from app.api.services import Services
 from app.config import Settings
@@ -51,8 +51,8 @@ from app.service.live import (
 )
 from app.service.live.host import Ending
 from app.service.live.options import LiveDefaults, StreamingOptions
-from app.service.model_leases import SessionModels
-from app.service.registry import LoadedModel
+from app.service.models.leases import SessionModels
+from app.service.models.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +74,6 @@ def close_code(error: Rejected) -> int | None:
     """The close code that follows `error`'s event; None: the session goes on."""
     how = ending(error)
     return None if how is None else CLOSE_CODES[how]
-
-
-def error_type(error: Rejected) -> str:
-    """OpenAI's error `type`: the server's side (cannot serve now, failed) or the client's."""
-    if error.kind in ("busy", "unavailable") or ending(error) == "internal":
-        return "server_error"
-    return "invalid_request_error"
 
 
 def check_size(size: int, max_bytes: int) -> None:
@@ -123,17 +116,18 @@ class LiveDeps:
     admission: Admission
 
     @property
-    def registry(self) -> SessionModels:
+    def models(self) -> SessionModels:
+        """The models this session leases (`Admission.models`)."""
         return self.admission.models
 
     @property
     def vad(self) -> SileroVad | None:
-        return self.registry.vad
+        return self.models.vad
 
     @property
     def defaults(self) -> LiveDefaults:
         """The server's live settings every session starts from (`stream_options`)."""
-        return live_defaults(self.settings, self.registry.base_options, self.vad is not None)
+        return live_defaults(self.settings, self.models.base_options, self.vad is not None)
 
 
 ErrorFactory = Callable[[Rejected], BaseModel]
@@ -159,13 +153,9 @@ async def serve(
     """Admit the client (the key, then the host's admission), then run its connection."""
     settings = services.settings
     await websocket.accept(subprotocol=offered_subprotocol(websocket))
-    presented = websocket_key(websocket) or websocket.query_params.get("api_key")
     try:
-        if not key_matches(settings.api_key, presented):
-            message = (
-                "Incorrect API key provided." if presented else "You didn't provide an API key."
-            )
-            raise Rejected("invalid_api_key", message, kind="forbidden")
+        if (refusal := key_refusal(settings.api_key, websocket)) is not None:
+            raise refusal
         admission = services.live.admit()
     except Rejected as refusal:
         await _refuse(websocket, error_event, refusal)

@@ -39,11 +39,11 @@ from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
 from app.api.deps import ServicesDep
+from app.api.errors import error_type
 from app.api.live.connection import (
     LiveConnection,
     LiveDeps,
     check_size,
-    error_type,
     load_json_event,
     serve,
 )
@@ -96,7 +96,7 @@ from app.service.live import (
 )
 from app.service.live import SpeechStarted as SpeechBegan
 from app.service.live import SpeechStopped as SpeechEnded
-from app.service.registry import LoadedModel
+from app.service.models.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class RealtimeConnection(LiveConnection):
     def _resolve(self, config: RealtimeConfig) -> tuple[LoadedModel, StreamingOptions]:
         """The loaded model `config` names and the session's options on it."""
         try:
-            model = self.deps.registry.get(config.model)
+            model = self.deps.models.get(config.model)
         except Rejected as e:
             raise Rejected(e.code, e.message, param=MODEL_PARAM, kind=e.kind) from e
         return model, realtime_options(config, model, self.deps.defaults)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 from app.api.live.realtime_events import ProtocolError, json_type
+from app.service.live.bounds import PREROLL_S, SPEECH_THRESHOLD, TURN_SILENCE_S
 from app.service.live.options import rate_problem
 
 AudioFormat = Literal["audio/pcm", "audio/pcmu", "audio/pcma"]
@@ -39,9 +40,9 @@ LOGPROBS = "item.input_audio_transcription.logprobs"
 TOLERATED = frozenset({"object", "id", "expires_at", "client_secret"})  # echoes of what we send
 
 _TURN_LIMITS = {
-    "threshold": (0.0, 1.0),
-    "prefix_padding_ms": (0, 2000),
-    "silence_duration_ms": (100, 10000),
+    "threshold": SPEECH_THRESHOLD,
+    "prefix_padding_ms": PREROLL_S.ms,
+    "silence_duration_ms": TURN_SILENCE_S.ms,
 }
 _NO_RESPONSES = "does not apply to a transcription session (it creates no responses); ignored"
 _GA_TURN_UNSUPPORTED = {
@@ -62,9 +63,9 @@ def _turn_problem(name: str, value: Any) -> str | None:
     """Why `value` cannot be the turn-detection setting `name`, or None when it can."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"must be a number, not {json_type(value)}"
-    low, high = _TURN_LIMITS[name]
-    if not low <= value <= high:  # NaN fails too
-        return f"must be between {low:g} and {high:g}, not {value!r}"
+    bound = _TURN_LIMITS[name]
+    if bound.problem(value) is not None:  # NaN fails too
+        return f"must be between {bound.low:g} and {bound.high:g}, not {value!r}"
     if name != "threshold" and not float(value).is_integer():
         return f"must be a whole number of milliseconds, not {value!r}"
     return None
@@ -74,9 +75,9 @@ def _turn_problem(name: str, value: Any) -> str | None:
 class TurnDetection:
     """Server VAD: the caller cuts turns where speech stops."""
 
-    threshold: float = 0.5  # speech probability, 0..1
-    prefix_padding_ms: int = 300  # audio kept before the detected start of speech
-    silence_duration_ms: int = 500  # this much silence ends a turn
+    threshold: float = SPEECH_THRESHOLD.default  # speech probability, 0..1
+    prefix_padding_ms: int = int(PREROLL_S.ms.default)  # audio kept before the start of speech
+    silence_duration_ms: int = int(TURN_SILENCE_S.ms.default)  # this much silence ends a turn
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -14,12 +14,12 @@ from dataclasses import replace
 from app.api.live.audio_stream_config import StreamConfig
 from app.api.live.realtime_config import RealtimeConfig
 from app.config import Settings
-from app.service.jobs import TranscriptionJob
 from app.service.live import StreamingOptions, VadOptions
 from app.service.live.options import LiveDefaults
 from app.service.live.utterance import PAUSE_S
-from app.service.options import TranscriptionOptions, model_language
-from app.service.registry import LoadedModel
+from app.service.models.loaded import LoadedModel
+from app.service.transcription.jobs import TranscriptionJob
+from app.service.transcription.options import TranscriptionOptions, model_language
 
 REALTIME_LANGUAGE = "session.audio.input.transcription.language"
 WYOMING_BEAM_SIZE = 1  # voice commands: greedy, as Home Assistant's own Whisper add-on defaults to

@@ -64,9 +64,9 @@ from app.service.live import (
     ending,
 )
 from app.service.live.utterance import Utterance
-from app.service.model_leases import SessionModels
-from app.service.options import model_language, model_languages
-from app.service.registry import LoadedModel
+from app.service.models.leases import SessionModels
+from app.service.models.loaded import LoadedModel
+from app.service.transcription.options import model_language, model_languages
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,8 @@ class SttHandler:
         try:
             if server.clients > server.settings.wyoming_max_clients:
                 limit = server.settings.wyoming_max_clients
-                self._error(Rejected("busy", f"the server serves at most {limit} Wyoming clients"))
+                message = f"the server serves at most {limit} Wyoming clients"
+                self._error(Rejected("busy", message, kind="busy"))
                 return
             await self._serve()
         except Exception:
@@ -238,10 +239,7 @@ class SttHandler:
         return Info(asr=[program])
 
     def _model(self, models: SessionModels, name: str | None) -> LoadedModel:
-        readiness = self.services.readiness
-        if not readiness.ready:
-            message = readiness.error or "the models are still loading; retry shortly"
-            raise Rejected("loading", message, kind="unavailable")
+        self.services.gate.check("session")
         return models.get(name or None)
 
     async def _start(self, start: AudioStart) -> None:
@@ -253,7 +251,7 @@ class SttHandler:
         host = self.services.live
         deps = LiveDeps(self.services.settings, host, host.admit())
         try:
-            model = self._model(deps.registry, self.model_name)
+            model = self._model(deps.models, self.model_name)
             options, job = wyoming_options(model, self.language, deps.defaults)
         except Rejected:
             deps.admission.close()

@@ -17,9 +17,9 @@ async def health(services: ServicesDep) -> JSONResponse:
     """Readiness and liveness in one (no API key needed): 200 once the start-up models are
     warm, 503 again once a shutdown signal came (a load balancer stops sending new work here).
     `models` are the models loaded now, each with the memory its load took."""
-    readiness = services.readiness
+    gate = services.gate
     models: list[HealthModel] = []
-    if readiness.ready:
+    if gate.state in ("ready", "draining"):
         models = [
             HealthModel(
                 name=i.name,
@@ -33,10 +33,9 @@ async def health(services: ServicesDep) -> JSONResponse:
             for i in services.models.infos()
         ]
     stats = services.pool.stats()
-    serving = readiness.ready and not readiness.draining
     body = Health(
-        status="draining" if readiness.draining else readiness.status,
-        error=readiness.error,
+        status=gate.state,
+        error=gate.error,
         default_model=services.settings.resolved_default_model,
         models=models,
         workers=stats.workers,
@@ -44,4 +43,4 @@ async def health(services: ServicesDep) -> JSONResponse:
         active=stats.active,
         queued=stats.queued,
     )
-    return JSONResponse(body.model_dump(), status_code=200 if serving else 503)
+    return JSONResponse(body.model_dump(), status_code=200 if gate.serving else 503)

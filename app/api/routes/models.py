@@ -17,7 +17,7 @@ from pydantic import AfterValidator
 from app.api.auth import require_api_key
 from app.api.deps import ModelsDep
 from app.api.schemas import ERROR_RESPONSES, ModelList, ModelObject
-from app.service.model_options import ModelStatus
+from app.service.models.options import ModelStatus
 
 router = APIRouter(prefix="/v1", tags=["models"], dependencies=[Depends(require_api_key)])
 

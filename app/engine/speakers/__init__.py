@@ -15,8 +15,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import onnxruntime as ort
-
 from app.engine.speakers.embedding import SpeakerEmbedding, TooLittleSpeech
 from app.engine.speakers.segmentation import DEFAULT_STEP_S, SpeakerSegmentation, window_starts
 from app.runtime.graphs import openvino_devices
@@ -32,22 +30,8 @@ __all__ = [
     "SpeakerSegmentation",
     "TooLittleSpeech",
     "load_speaker_models",
-    "run_options",
     "window_starts",
 ]
-
-
-def run_options(ep: str) -> ort.RunOptions | None:
-    """On the CPU EP, runs that hand the CPU arena's unused memory back afterwards: the
-    activations of a call (a 10 s CAM++ pass, 4 segmentation windows) are 100+ MB and occasional,
-    so a kept arena would hold them for good (measured after a 60 s segmentation + a 10 s
-    embedding: +193 MB RSS kept, +62 MB with shrinkage, no measurable time cost). None on
-    OpenVINO, which has no such arena."""
-    if ep != "cpu":
-        return None
-    options = ort.RunOptions()
-    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-    return options
 
 
 class SpeakerModelsMissing(FileNotFoundError):
@@ -93,12 +77,12 @@ def load_speaker_models(
             options.threads,
             options.cache_dir,
             options.inference_precision,
+            shrink_arena=True,
         )
         log.info("loaded %s on %s/%s in %.2f s", name, ep, device, time.perf_counter() - started)
-    runs = run_options(ep)
     return SpeakerModels(
-        segmentation=SpeakerSegmentation(sessions[SEGMENTATION_FILE], step_s, run_options=runs),
-        embedding=SpeakerEmbedding(sessions[EMBEDDING_FILE], runs),
+        segmentation=SpeakerSegmentation(sessions[SEGMENTATION_FILE], step_s),
+        embedding=SpeakerEmbedding(sessions[EMBEDDING_FILE]),
         device=device,
         provider=sessions[EMBEDDING_FILE].provider,
     )

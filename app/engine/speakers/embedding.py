@@ -10,7 +10,6 @@ together. The result is L2-normalised, so a dot product is the cosine similarity
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 
 from app.engine.speakers.fbank import FRAME_LENGTH, FRAME_SHIFT, fbank, frame_count, mean_normalised
 from app.runtime import speaker_contract as io
@@ -54,9 +53,8 @@ def kept_features(rows: np.ndarray, n_samples: int, mask: np.ndarray | None) -> 
 class SpeakerEmbedding:
     """CAM++ on the graph `session`; thread-safe (the graph is)."""
 
-    def __init__(self, session: Graph, run_options: ort.RunOptions | None = None) -> None:
+    def __init__(self, session: Graph) -> None:
         self._session = session
-        self._run_options = run_options
 
     def features(self, audio: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """The model's input f32 [kept frames, 80]: mean-normalised fbank of the kept frames."""
@@ -77,7 +75,7 @@ class SpeakerEmbedding:
 
     def _embed(self, features: np.ndarray) -> np.ndarray:
         (embedding,) = self._session.run(
-            [io.EMBEDDING_OUTPUT], {io.EMBEDDING_INPUT: features[None]}, self._run_options
+            [io.EMBEDDING_OUTPUT], {io.EMBEDDING_INPUT: features[None]}
         )
         vector = embedding[0]
         return vector / max(float(np.linalg.norm(vector)), 1e-12)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnxruntime as ort
 
 from app.runtime import speaker_contract as io
 from app.runtime.contract import SAMPLE_RATE
@@ -82,14 +81,12 @@ class SpeakerSegmentation:
         session: Graph,
         step_s: float = DEFAULT_STEP_S,
         batch: int = DEFAULT_BATCH,
-        run_options: ort.RunOptions | None = None,
     ) -> None:
         if not 0 < step_s <= WINDOW_S:
             raise ValueError(f"step_s must be in (0, {WINDOW_S}], got {step_s}")
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
         self._session = session
-        self._run_options = run_options
         self.step_s = step_s
         self.batch = batch
 
@@ -101,7 +98,6 @@ class SpeakerSegmentation:
             self._session,
             self.step_s if step_s is None else step_s,
             self.batch if batch is None else batch,
-            self._run_options,
         )
 
     def window_starts(self, n_samples: int) -> np.ndarray:
@@ -116,7 +112,6 @@ class SpeakerSegmentation:
             (out[start : start + len(chunk)],) = self._session.run(
                 [io.SEGMENTATION_OUTPUT],
                 {io.SEGMENTATION_INPUT: np.ascontiguousarray(chunk, np.float32)},
-                self._run_options,
             )
         return out
 

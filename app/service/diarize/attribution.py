@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.service.diarize.activity import Turn
-from app.service.results import Segment, Word
+from app.service.transcription.results import Segment, Word
 
 NO_SPEAKER = -1  # no turn at all (silence, music)
 FIRST = "A"  # the label of the only speaker when no turn was found

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 
-from app.service.transcriber import TranscriptionCancelled
+from app.service.transcription.transcriber import TranscriptionCancelled
 
 A = TypeVar("A")
 B = TypeVar("B")

@@ -34,9 +34,9 @@ from app.service.diarize.beside import HeldSegments, Stop, beside
 from app.service.diarize.clustering import SpeakerHints
 from app.service.diarize.pipeline import DiarizationOptions, Diarizer
 from app.service.errors import Rejected
-from app.service.jobs import TranscriptionJob, TranscriptionResult
-from app.service.registry import LoadedModel
-from app.service.results import Segment
+from app.service.models.loaded import LoadedModel
+from app.service.transcription.jobs import TranscriptionJob, TranscriptionResult
+from app.service.transcription.results import Segment
 
 log = logging.getLogger(__name__)
 

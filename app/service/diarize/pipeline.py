@@ -15,7 +15,7 @@ similar cluster. Known speakers' reference clips are embedded whole.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,10 +35,9 @@ from app.service.diarize.activity import (
     speaker_activity,
     turns,
 )
-from app.service.diarize.attribution import SpeakerSegment, speaker_labels, speaker_segments
+from app.service.diarize.attribution import speaker_labels
 from app.service.diarize.clustering import ClusteringOptions, SpeakerHints, cluster
-from app.service.results import Segment
-from app.service.transcriber import TranscriptionCancelled
+from app.service.transcription.transcriber import TranscriptionCancelled
 
 MIN_MASK_FRAMES = 3  # fewer clean frames than this: embed over all the speaker's frames
 GRID = FrameGrid(step_s=FRAME_STEP_S, duration_s=FRAME_DURATION_S)
@@ -76,14 +75,6 @@ class Diarization:
 
     def labels(self, known: Sequence[tuple[str, np.ndarray]], threshold: float) -> dict[int, str]:
         return speaker_labels(self.turns, self.centroids, known, threshold)
-
-
-@dataclass(frozen=True)
-class KnownSpeaker:
-    """A name and the embedding of its reference clip."""
-
-    name: str
-    embedding: np.ndarray
 
 
 class Diarizer:
@@ -161,14 +152,3 @@ def _padded(window: np.ndarray, samples: int) -> np.ndarray:
     if len(window) >= samples:
         return window
     return np.concatenate([window, np.zeros(samples - len(window), dtype=window.dtype)])
-
-
-def speaker_transcript(
-    segments: Iterable[Segment],
-    diarization: Diarization,
-    known: Sequence[KnownSpeaker],
-    threshold: float,
-) -> tuple[SpeakerSegment, ...]:
-    """The transcript's segments split by speaker, labelled with names or letters."""
-    labels = diarization.labels([(k.name, k.embedding) for k in known], threshold)
-    return speaker_segments(segments, diarization.turns, labels)

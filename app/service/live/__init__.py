@@ -2,9 +2,9 @@
 
 `host.LiveHost` admits the sessions of every live protocol (the adapters in `app.api.live`) and
 starts their `runner.LiveRunner`, which drives a `session.StreamingSession` from the event loop;
-the session wires admission
-(`admission`), passes (`window_pass`), the commit policy (`policy`), the buffer's committed
-context (`context`) and what the client has been told (`transcript`).
+the session wires admission (`admission`), passes (`window_pass`), the commit policy (`policy`),
+the committed words and the buffer's context (`commits`) and what the client has been told
+(`transcript`); the settings' defaults and ranges are defined once in `bounds`.
 """
 
 from app.engine.audio import AudioDecodeError

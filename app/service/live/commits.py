@@ -24,9 +24,9 @@ from app.engine.words import Word, split_words
 from app.runtime.contract import SAMPLE_RATE, TIME_PRECISION
 from app.service.live.options import WINDOW_S, StreamingOptions
 from app.service.live.policy import CommitPolicy, ends_sentence
-from app.service.live.units import align_committed
 from app.service.live.window_pass import Pass
-from app.service.windows import WindowSegment
+from app.service.live.word_match import align_committed
+from app.service.transcription.windows import WindowSegment
 
 log = logging.getLogger(__name__)
 

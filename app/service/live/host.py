@@ -2,8 +2,9 @@
 needs of the server, whatever its wire. The protocol adapters translate between their wire
 events and these:
 
-    admit()      -> an `Admission` (counted, its models leased) or `Rejected`: loading,
-                    shutting_down (unavailable), too_many_sessions (busy, STT_STREAM_MAX_SESSIONS)
+    admit()      -> an `Admission` (counted, its models leased) or `Rejected`: the server gate's
+                    refusal of a session (loading, failed, shutting down), too_many_sessions
+                    (busy, STT_STREAM_MAX_SESSIONS)
     start()      -> a started `LiveRunner` on the shared pool with the server's limits, the VAD
                     model when the options ask for speech detection
     ending()     -> how a `Rejected` ends a session (`CLOSES`: the limit -> close-reason table);
@@ -19,17 +20,18 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from app.service.errors import Rejected
+from app.service.gate import ServerGate
 from app.service.live.events import StreamEvent
 from app.service.live.options import StreamingOptions
 from app.service.live.pcm import PcmInput
 from app.service.live.runner import LiveLimits, LiveRunner
-from app.service.model_leases import SessionModels
-from app.service.model_manager import ModelManager
+from app.service.models.leases import SessionModels
+from app.service.models.loaded import LoadedModel
+from app.service.models.manager import ModelManager
 from app.service.pool import WorkerPool
-from app.service.registry import LoadedModel
 
 T = TypeVar("T")
 Ending = Literal["policy", "too_big", "try_again", "internal"]
@@ -44,6 +46,7 @@ CLOSES: dict[str, Ending] = {
     # the server cannot serve now: come back later
     "loading": "try_again",
     "shutting_down": "try_again",
+    "model_load_failed": "internal",
     "too_many_sessions": "try_again",
     # the server failed the session
     "timeout": "internal",
@@ -54,19 +57,6 @@ CLOSES: dict[str, Ending] = {
 def ending(error: Rejected) -> Ending | None:
     """How `error` ends a live session (`CLOSES`); None: report it, the session goes on."""
     return CLOSES.get(error.code)
-
-
-class ServerState(Protocol):
-    """What admission reads of the server's state (`app.api.services.Readiness`)."""
-
-    @property
-    def ready(self) -> bool: ...
-
-    @property
-    def error(self) -> str | None: ...
-
-    @property
-    def draining(self) -> bool: ...
 
 
 class Outbox(Generic[T]):
@@ -135,13 +125,13 @@ class LiveHost:
         self,
         models: ModelManager,
         pool: WorkerPool,
-        state: ServerState,
+        gate: ServerGate,
         limits: LiveLimits,
         max_sessions: int,
     ) -> None:
         self.models = models
         self.pool = pool
-        self.state = state
+        self.gate = gate
         self.limits = limits
         self.max_sessions = max_sessions
         self.count = 0
@@ -152,15 +142,9 @@ class LiveHost:
     # ---- admission ----------------------------------------------------------------------
     def refusal(self) -> Rejected | None:
         """Why a new session cannot start now; None when it can."""
-        state, most = self.state, self.max_sessions
-        if not state.ready:
-            return Rejected(
-                "loading", state.error or "the models are still loading; retry shortly",
-                kind="unavailable",
-            )  # fmt: skip
-        if self.drain.is_set() or state.draining:
-            return Rejected("shutting_down", "the server is shutting down; reconnect",
-                            kind="unavailable")  # fmt: skip
+        refusal, most = self.gate.refusal("session"), self.max_sessions
+        if refusal is not None:
+            return refusal
         if self.count >= most:
             return Rejected(
                 "too_many_sessions", f"too many live sessions ({most}); retry later", kind="busy"

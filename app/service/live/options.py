@@ -5,15 +5,14 @@ the one bound on the rate of client audio (`pcm_rate`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from app.engine.vad import VadOptions
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.errors import Rejected
+from app.service.live.bounds import EDGE_S, PAUSE_S, POLICIES, PREROLL_S, STEP_S, PolicyName
 
 WINDOW_S = N_SAMPLES_PER_WINDOW / SAMPLE_RATE  # 30.0
-PolicyName = Literal["local_agreement", "alignatt"]
-POLICIES: tuple[str, ...] = ("local_agreement", "alignatt")
 MIN_RATE, MAX_RATE = 8000, 192000  # Hz of the raw audio a live client may send
 
 
@@ -63,14 +62,14 @@ class StreamingOptions:
 
     language: str | None = None
     task: str = "transcribe"
-    step_s: float = 1.0
+    step_s: float = STEP_S.default
     trim_s: float = 10.0
     max_buffer_s: float = 20.0
     policy: PolicyName = "alignatt"
-    edge_s: float = 0.7
+    edge_s: float = EDGE_S.default
     vad: VadOptions | None = field(default_factory=VadOptions)
-    pause_s: float | None = 0.3
-    preroll_s: float = 0.3
+    pause_s: float | None = PAUSE_S.default
+    preroll_s: float = PREROLL_S.default
     context_gap_s: float = 3.0
     prompt: str | None = None
     condition_on_committed: bool = False
@@ -80,23 +79,22 @@ class StreamingOptions:
     word_timestamps: bool = False
 
     def __post_init__(self) -> None:
-        if not 0.1 <= self.step_s <= 10.0:
-            raise ValueError(f"step_s must be in [0.1, 10] seconds, got {self.step_s}")
+        STEP_S.check("step_s", self.step_s)
         if not 0 < self.trim_s <= self.max_buffer_s <= WINDOW_S - 2:
             raise ValueError(
                 f"need 0 < trim_s <= max_buffer_s <= {WINDOW_S - 2:g} s, got "
                 f"{self.trim_s} and {self.max_buffer_s}"
             )
-        if self.pause_s is not None and not 0 < self.pause_s <= 10.0:
-            raise ValueError(f"pause_s must be in (0, 10] seconds, got {self.pause_s}")
-        if not 0 <= self.preroll_s <= 2.0:
-            raise ValueError(f"preroll_s must be in [0, 2], got {self.preroll_s}")
+        if self.pause_s is not None:  # None: off
+            PAUSE_S.check("pause_s", self.pause_s)
+            if self.pause_s == 0:
+                raise ValueError("pause_s must be > 0 (None: off)")
+        PREROLL_S.check("preroll_s", self.preroll_s)
         if self.task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        if not 0.0 <= self.edge_s <= 5.0:
-            raise ValueError(f"edge_s must be in [0, 5] seconds, got {self.edge_s}")
+        EDGE_S.check("edge_s", self.edge_s)
 
     @property
     def aligned(self) -> bool:
@@ -122,16 +120,30 @@ class LiveDefaults:
     vad: VadOptions | None
     vad_installed: bool
 
-    def options(self, **session: Any) -> StreamingOptions:
-        """A session's options: these defaults, then the session's own fields (language, vad,
-        prompt, ...); a field it leaves out keeps the default."""
-        fields: dict[str, Any] = {
-            "step_s": self.step_s,
-            "policy": self.policy,
-            "edge_s": self.edge_s,
-            "pause_s": self.pause_s,
-            "no_speech_threshold": self.no_speech_threshold,
-            "kv_cache": self.kv_cache,
-            "vad": self.vad,
-        }
-        return StreamingOptions(**(fields | session))
+    def options(
+        self,
+        *,
+        language: str | None,
+        task: str = "transcribe",
+        vad: VadOptions | Literal["default"] | None = "default",
+        preroll_s: float = PREROLL_S.default,
+        pause_s: float | Literal["default"] | None = "default",
+        prompt: str | None = None,
+        word_timestamps: bool = False,
+    ) -> StreamingOptions:
+        """A session's options: the session's own choices on these defaults ("default": the
+        server's speech detection or pause)."""
+        return StreamingOptions(
+            language=language,
+            task=task,
+            step_s=self.step_s,
+            policy=self.policy,
+            edge_s=self.edge_s,
+            vad=self.vad if vad == "default" else vad,
+            pause_s=self.pause_s if pause_s == "default" else pause_s,
+            preroll_s=preroll_s,
+            prompt=prompt,
+            no_speech_threshold=self.no_speech_threshold,
+            kv_cache=self.kv_cache,
+            word_timestamps=word_timestamps,
+        )

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.engine.words import PREPEND_PUNCTUATION, Word
+from app.service.live.bounds import EDGE_S
 
 SURE = 0.5  # a word read with a lower probability is unsure (see AlignAtt)
 SENTENCE_END = (".", "!", "?")
@@ -113,12 +114,11 @@ class AlignAtt:
     pass read the same words up to it (tiny.en reads "so, my" as "so am I", p 0.35-0.37, at
     some buffer lengths)."""
 
-    edge_s: float = 0.5
+    edge_s: float = EDGE_S.default
     sure: float = SURE
 
     def __post_init__(self) -> None:
-        if self.edge_s < 0:
-            raise ValueError(f"edge_s must be >= 0, got {self.edge_s}")
+        EDGE_S.check("edge_s", self.edge_s)
         if not 0 <= self.sure <= 1:
             raise ValueError(f"sure must be in [0, 1], got {self.sure}")
 

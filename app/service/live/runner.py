@@ -36,7 +36,7 @@ from app.service.live.options import StreamingOptions
 from app.service.live.pcm import PcmInput
 from app.service.live.session import StreamingSession
 from app.service.pool import QueueFullError, WorkerPool
-from app.service.transcriber import Transcriber
+from app.service.transcription.transcriber import Transcriber
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class LiveRunner:
             finished.cancel()
             if self._task in done:
                 self._task.result()
-            raise Rejected("timeout", "finalizing took too long", kind="limit")
+            raise Rejected("timeout", "finalizing took too long", kind="unavailable")
         return self._session.text
 
     async def stop(self) -> None:

@@ -70,8 +70,8 @@ from app.service.live.options import StreamingOptions
 from app.service.live.policy import make_policy
 from app.service.live.transcript import Transcript
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
-from app.service.results import TimeSpent
-from app.service.transcriber import Transcriber
+from app.service.transcription.results import TimeSpent
+from app.service.transcription.transcriber import Transcriber
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from app.engine.tokenizer import Tokenizer
 from app.engine.words import Word, split_words
 from app.service.live.events import CommittedText, PartialText, StreamEvent, StreamSegment
-from app.service.live.units import is_cjk
+from app.service.live.word_match import is_cjk
 
 
 class Transcript:

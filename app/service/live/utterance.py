@@ -39,12 +39,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.runtime.contract import SAMPLE_RATE
-from app.service.jobs import TranscriptionJob, TranscriptionResult
 from app.service.live.events import VoiceActivity
 from app.service.live.pacing import RealTimeFeed
 from app.service.live.runner import LiveRunner
+from app.service.models.loaded import LoadedModel
 from app.service.pool import WorkerPool
-from app.service.registry import LoadedModel
+from app.service.transcription.jobs import TranscriptionJob, TranscriptionResult
 
 log = logging.getLogger(__name__)
 

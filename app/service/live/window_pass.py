@@ -2,11 +2,11 @@
 
 The same steps as a file's window, through the same `Transcriber` calls: log-mel of the audio
 (1 s of zeros after it gives the frames the file path gets from its appended 30 s), one encoder
-call, the one window decode (`app.service.window_decode`) by the pass's plan (`pass_plan`: one
-greedy attempt with timestamps after the forced prefix of committed segments), the cut into
-`WindowSegment`s (`split_window`), then the words (`Word`): aligned — the alignment heads'
-attention for word times and AlignAtt's peaks — when the session needs them, else the one word
-split (`split_words`) spread over each segment. A pass judged silent (nothing forced, and
+call, the one window decode (`app.service.transcription.window_decode`) by the pass's plan
+(`pass_plan`: one greedy attempt with timestamps after the forced prefix of committed segments),
+the cut into `WindowSegment`s (`split_window`), then the words (`Word`): aligned — the alignment
+heads' attention for word times and AlignAtt's peaks — when the session needs them, else the one
+word split (`split_words`) spread over each segment. A pass judged silent (nothing forced, and
 Whisper's no-speech rule or a text too long for its audio) or caught in a repetition loop gives
 no words.
 """
@@ -26,12 +26,12 @@ from app.engine.timing import frame_levels, start_at_speech
 from app.engine.tokenizer import Tokenizer
 from app.engine.words import Word, split_words
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
-from app.service.fallback import FallbackRule
 from app.service.live.options import StreamingOptions
-from app.service.transcriber import Transcriber, TranscriptionCancelled
-from app.service.window_decode import WindowPlan
-from app.service.windows import WindowSegment, split_window
-from app.service.words import WindowAudio
+from app.service.transcription.fallback import FallbackRule
+from app.service.transcription.transcriber import Transcriber, TranscriptionCancelled
+from app.service.transcription.window_decode import WindowPlan
+from app.service.transcription.windows import WindowSegment, split_window
+from app.service.transcription.words import WindowAudio
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +129,10 @@ def pass_plan(
     prompt: tuple[int, ...],
     prefix: tuple[int, ...],
 ) -> WindowPlan:
-    """A pass's plan (`app.service.window_decode`): one greedy attempt with timestamps after the
-    forced `prefix` (its first timestamp free when there is one); judged silent only when nothing
-    is forced; a loop is no text; its tokens are partial text, so none is held back."""
+    """A pass's plan (`app.service.transcription.window_decode`): one greedy attempt with
+    timestamps after the forced `prefix` (its first timestamp free when there is one); judged
+    silent only when nothing is forced; a loop is no text; its tokens are partial text, so none
+    is held back."""
     attempt = DecodingOptions(
         task=options.task,
         language=language,

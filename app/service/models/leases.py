@@ -12,12 +12,12 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from app.engine.vad import SileroVad
-from app.service.jobs import ModelInfo
-from app.service.registry import LoadedModel
-from app.service.transcriber import TranscriptionOptions
+from app.service.models.loaded import LoadedModel
+from app.service.transcription.jobs import ModelInfo
+from app.service.transcription.transcriber import TranscriptionOptions
 
 if TYPE_CHECKING:
-    from app.service.model_manager import ModelManager
+    from app.service.models.manager import ModelManager
 
 
 class Lease:

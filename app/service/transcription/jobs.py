@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.service.errors import Rejected
-from app.service.options import Task, TranscriptionOptions
-from app.service.transcriber import Segment, TranscriptionInfo
+from app.service.transcription.options import Task, TranscriptionOptions
+from app.service.transcription.transcriber import Segment, TranscriptionInfo
 
 
 class UnknownModelError(Rejected):
@@ -49,7 +49,7 @@ class ModelInfo:
     load_s: float
     warmup_s: float
     created: int  # unix time the folder was built (manifest mtime)
-    memory_bytes: int | None = None  # RSS growth across load + warm-up (see model_open)
+    memory_bytes: int | None = None  # RSS growth across load + warm-up (see models.opening)
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.service.errors import Rejected
-from app.service.jobs import ModelInfo
-from app.service.model_policy import ModelState
-from app.service.registry import LoadedModel
+from app.service.models.loaded import LoadedModel
+from app.service.models.policy import ModelState
+from app.service.transcription.jobs import ModelInfo
 
 # (model id, allow_download, on_progress(fraction)) -> the built folder; raises ModelLoadError
 Obtain = Callable[[str, bool, Callable[[float], None]], Path]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.engine.decoding_types import DecodingResult
-from app.service.options import TranscriptionOptions
+from app.service.transcription.options import TranscriptionOptions
 
 
 @dataclass(frozen=True)

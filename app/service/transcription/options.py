@@ -12,13 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.engine.decoding_types import DecodingOptions
+from app.engine.decoding_types import MAX_BEAM_SIZE, DecodingOptions
 from app.engine.kv_cache import CACHE_MODES
 from app.engine.languages import LANGUAGES, to_language_code
 from app.engine.vad import VadOptions
 from app.service.errors import Rejected
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+# what a request may ask for, on every protocol: OpenAI's temperature range (the fallback schedule
+# is the service's own and never goes above it) and the engine's widest beam
+MAX_REQUEST_TEMPERATURE = DEFAULT_TEMPERATURES[-1]
+MAX_REQUEST_BEAM_SIZE = MAX_BEAM_SIZE
 Task = Literal["transcribe", "translate"]
 
 

@@ -44,18 +44,18 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad
 from app.engine.vad_spans import collect_speech, speech_time_map, speech_timestamps
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
-from app.service.options import TranscriptionOptions
-from app.service.results import Segment, TranscriptionInfo, TranscriptionStats, Word
-from app.service.text_stream import TextStream, WindowStream
-from app.service.window_decode import (
+from app.service.transcription.options import TranscriptionOptions
+from app.service.transcription.results import Segment, TranscriptionInfo, TranscriptionStats, Word
+from app.service.transcription.text_stream import TextStream, WindowStream
+from app.service.transcription.window_decode import (
     TOGETHER_KV_BYTES,
     DecodedWindow,
     WindowPlan,
     file_plan,
     rows_within,
 )
-from app.service.windows import encode_window, file_segments, restore_times
-from app.service.words import WindowAudio, add_words, segment_words
+from app.service.transcription.windows import encode_window, file_segments, restore_times
+from app.service.transcription.words import WindowAudio, add_words, segment_words
 
 __all__ = [
     "Segment",

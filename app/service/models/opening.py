@@ -15,10 +15,10 @@ from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import missing_files
 from app.runtime.memory import release_free_memory
 from app.runtime.sessions import RuntimeOptions, WhisperSessions
-from app.service.batch_records import BatchingOptions
-from app.service.batching import BatchingSessions
-from app.service.registry import LoadedModel
-from app.service.transcriber import TranscriptionOptions
+from app.service.batching.records import BatchingOptions
+from app.service.batching.scheduler import BatchingSessions
+from app.service.models.loaded import LoadedModel
+from app.service.transcription.transcriber import TranscriptionOptions
 
 log = logging.getLogger(__name__)
 

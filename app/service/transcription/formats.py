@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from app.service.results import Segment, TranscriptionInfo
+from app.service.transcription.results import Segment, TranscriptionInfo
 
 FORMATS = ("text", "json", "verbose_json", "srt", "vtt")
 

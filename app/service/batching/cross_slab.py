@@ -3,7 +3,7 @@
 A decoder row reads its window's cross K/V ([H, 1500, Dh] per layer, 18 MB for tiny, 37 MB for
 base in f32) as much as the weights, so they are never copied per step: windows are written
 once into a slab of slots ([slots, H, 1500, Dh] per layer) and callers get views of their slot
-(`CrossKV`), released when the caller drops them. Used by `app.service.batching`.
+(`CrossKV`), released when the caller drops them. Used by `app.service.batching.scheduler`.
 """
 
 from __future__ import annotations

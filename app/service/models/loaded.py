@@ -3,7 +3,7 @@
 `LoadedModel.transcribe` is the blocking job the worker pool runs for one request: decode the
 upload, check its length, transcribe with the options the job carries (built at the edge that
 took the request), collect the segments and the timings. Loading, unloading and leases are
-`app.service.model_manager`'s.
+`app.service.models.manager`'s.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from app.engine.languages import LANGUAGES
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad
 from app.runtime.contract import SAMPLE_RATE
-from app.service.batching import BatchingSessions
-from app.service.jobs import ModelInfo, TranscriptionJob, TranscriptionResult
-from app.service.transcriber import (
+from app.service.batching.scheduler import BatchingSessions
+from app.service.transcription.jobs import ModelInfo, TranscriptionJob, TranscriptionResult
+from app.service.transcription.transcriber import (
     Segment,
     Transcriber,
     TranscriptionCancelled,

@@ -1,6 +1,6 @@
 """Text deltas while a transcription decodes (`Transcriber.transcribe(on_delta=...)`): whole
 UTF-8 characters only, and only text that belongs to the final segments (the policy is in
-`app.service.transcriber`'s docstring)."""
+`app.service.transcription.transcriber`'s docstring)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import numpy as np
 from app.engine.backend import WhisperBackend
 from app.engine.timing import align_words, assign_words, frame_levels, group_words
 from app.engine.tokenizer import Tokenizer
-from app.service.results import Segment, Word
+from app.service.transcription.results import Segment, Word
 
 
 @dataclass(frozen=True)

@@ -1,44 +1,37 @@
-"""Continuous cross-request batching: one decoder call per step serves every active sequence.
+"""Continuous cross-request batching: one decoder call per step serves every active decode.
 
-Every request (REST job or live stream) keeps running its own decode loop on its own worker
-thread, unchanged: `BatchingSessions` stands in for `WhisperSessions`, and each `decode()` /
-`encode()` becomes a call handed to the model's scheduler, whose threads (a decoder lane and an
-encoder lane) are the only ones that run the model. The decoder lane loops:
+A decode is a resumable task (`app.runtime.steps.Steps`: a generator that yields its decoder
+calls and is sent their outputs). `BatchingSessions` stands in for `WhisperSessions`: a caller's
+`run_steps(task)` runs the task in the caller's thread up to its first decoder call, hands it to
+the scheduler and waits for the result; `decode()` (a single call) is a one-call task; `encode()`
+is a call to the encoder lane. The decoder lane loops, as vLLM's engine does:
 
-1. gather: wait until every caller served by the previous step has its next call in (at most
-   `wait_ms`; a caller that ended its decode, was cancelled or is busy elsewhere is not waited for
-   again; one that went on to encode its next window is not waited for at all), plus whatever
-   else arrived meanwhile;
-2. decode step: one-token calls (T = 1, the steady state of every greedy or beam decode) are
-   packed into groups of at most `max_rows` rows with at most `max_padding` of their past slots
-   padding; each group is ONE decoder call: past self K/V left-padded to the group's longest,
-   `attention_mask` zero over the padding, and each caller gets its rows back (the inputs are
+1. `schedule()`: every task with a decoder call waiting (all active tasks have one: a task is
+   advanced as soon as its call is served, so nobody is waited for) is packed (pure:
+   `pack.pack_by_slot`, `pack.pack_groups`): one-token calls (T = 1, the steady state of every
+   greedy or beam decode) into groups of at most `max_rows` rows with at most `max_padding` of
+   their past slots padding; calls that feed several tokens (a prompt's prefill, the reference
+   `none` cache) with calls of the same length;
+2. one decoder call per group: past self K/V left-padded to the group's longest,
+   `attention_mask` zero over the padding, each task's rows taken back (the inputs are
    assembled in arrays the lane keeps while its steps keep their shape);
-3. calls that feed several tokens (a prompt's prefill, the reference `none`
-   cache) are batched the same way with calls of the same length;
-   `lanes` > 1 decoder-lane threads take turns: while one lane's call runs, the sequences it is
-   not serving do their Python part of the step (logit filters, search) and gather in another
-   lane (measured on 2 cores: no gain over one lane, so the default is 1);
+3. `update_from_output()`: each task is sent its outputs and runs its Python part of the step
+   (logit filters, search, streaming its tokens) up to its next decoder call, or ends (its
+   caller wakes with the result or the error);
 4. encoder: a second thread, the encoder lane, runs up to `max_encode` new 30 s windows per
    encoder call. When both stages run on the CPU, the two lanes take turns on the cores
    (`CoreTurns`: at once they slow each other down several-fold), the encoder taking at most
    `encoder_share` of the time while decodes run; on other devices they run side by side.
 
-Cross K/V cost: a decoder row reads its window's cross K/V ([H, 1500, Dh] per layer, 18 MB for tiny,
-37 MB for base in f32) as much as the weights, so they are never copied per step. Windows encoded
-here live in a *slab* of slots ([slots, H, 1500, Dh] per layer): the encoder writes a single window
-straight into a free slot (the first window, which sizes the slab, is copied in; with no slot free,
-or for a call of several rows, the caller keeps the encoder's own arrays). The caller gets views of
-its slot (`CrossKV`, released when the caller drops it). Single-row calls are grouped by slot, so a
-group's cross K/V are one contiguous slice of the slab; a slot in the middle whose caller is away
-this step becomes a dummy row (masked, output dropped) rather than a copy, and live windows are
-moved down into freed slots between steps; a freed slot's memory pages go back to the system
-(`cross_slab.py`). Other calls (beams: several rows on one window; windows from outside) are stacked
-by copy, and the copy is kept while the group's members stay the same.
-Packing and the queued calls: `batch_pack.py`; options and records: `batch_records.py`.
+Cross K/V: windows encoded here live in slots of a slab (`cross_slab.py`); single-row calls
+are grouped by slot, so a group's cross K/V are one contiguous slice of it (a slot whose task is
+away this step becomes a masked dummy row, not a copy); other calls (beams, windows from outside)
+are stacked by copy, kept while the group's members stay. Packing and the calls: `pack.py`;
+options and records: `records.py`.
 
-Sequences join and leave between steps; no caller waits for another to finish. Results equal
-unbatched decoding up to float rounding: padded positions are masked out of attention.
+Tasks join and leave between steps; no caller waits for another to finish, and no thread is
+blocked per step. Results equal unbatched decoding up to float rounding: padded positions are
+masked out of attention.
 """
 
 from __future__ import annotations
@@ -47,29 +40,32 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from app.service.batch_pack import (
+from app.runtime.steps import DecoderInputs, DecoderOutputs, Steps, serve_steps
+from app.service.batching.core_turns import CoreTurns, FreeCores
+from app.service.batching.cross_slab import CrossKV, CrossSlab
+from app.service.batching.pack import (
     DecodeCall,
-    DecoderInputs,
     EncodeCall,
     InputScratch,
     Layout,
+    PendingCall,
+    assemble,
     pack_by_slot,
     pack_groups,
     padding,
     stacked_cross,
 )
-from app.service.batch_records import (
+from app.service.batching.records import (
     BatchingOptions,
     BatchingStats,
     SchedulerClosedError,
     StepRecord,
 )
-from app.service.core_turns import CoreTurns, FreeCores
-from app.service.cross_slab import CrossKV, CrossSlab
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -78,9 +74,19 @@ if TYPE_CHECKING:
     from app.runtime.sessions import WhisperSessions
 
 log = logging.getLogger(__name__)
-
+T = TypeVar("T")
 
 IDLE_RELEASE_S = 1.0  # a decoder lane idle this long drops its kept arrays
+
+
+@dataclass(eq=False)
+class _Task:
+    """A caller's resumable decode in the scheduler: its generator and its decoder call waiting
+    to be served (`call`), and what its caller waits on (`ended`)."""
+
+    steps: Steps
+    call: DecodeCall
+    ended: PendingCall  # finished with the task's result or error; its caller waits on it
 
 
 def _same_cpu(devices: dict[str, str]) -> bool:
@@ -104,24 +110,18 @@ class BatchingSessions:
         self.stats = BatchingStats()
         self._observers: list[Callable[[StepRecord], None]] = []
         self._cond = threading.Condition()
-        self._pending: list[DecodeCall] = []
+        self._waiting: list[_Task] = []  # tasks with a decoder call to serve
         self._encodes: list[EncodeCall] = []
         self._closed = False
-        self._last_callers: set[int] = set()  # served by the last two decoder-lane iterations
-        self._previous_callers: set[int] = set()
-        self._in_flight: set[int] = set()  # callers whose calls a lane is serving now
         self._stats_lock = threading.Lock()
         self._slab: CrossSlab | None = None  # created at the first encode (shapes known then)
         self.turns = (
             CoreTurns(self.options.encoder_share) if _same_cpu(sessions.devices) else FreeCores()
         )
         self._threads = [
-            threading.Thread(target=self._decoder_lane, name=f"stt-decode{i}-{name}", daemon=True)
-            for i in range(self.options.lanes)
+            threading.Thread(target=self._decoder_lane, name=f"stt-decode-{name}", daemon=True),
+            threading.Thread(target=self._encoder_lane, name=f"stt-encode-{name}", daemon=True),
         ]
-        self._threads.append(
-            threading.Thread(target=self._encoder_lane, name=f"stt-encode-{name}", daemon=True)
-        )
         for thread in self._threads:
             thread.start()
 
@@ -164,9 +164,6 @@ class BatchingSessions:
         with self._cond:
             self._check_open()
             self._encodes.append(call)
-            # busy encoding: no step waits for it
-            self._last_callers.discard(call.caller)
-            self._previous_callers.discard(call.caller)
             self._cond.notify_all()
         return call.outcome()  # type: ignore[return-value]
 
@@ -178,23 +175,39 @@ class BatchingSessions:
         past: list[np.ndarray],
         cross: list[np.ndarray],
         logits_at: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, list[np.ndarray]]:
+    ) -> DecoderOutputs:
         """One decoder call of one caller (shapes as `WhisperSessions.decode`), served in the
-        next step together with every other caller's with the same T and `logits_at`."""
-        rows = input_ids.shape[0]
-        p = past[0].shape[2]
-        if attention_mask.shape != (rows, p + input_ids.shape[1]):
-            raise ValueError(
-                f"attention_mask must be [{rows}, {p + input_ids.shape[1]}], "
-                f"got {list(attention_mask.shape)}"
-            )
+        next step together with every other task's with the same T and `logits_at`."""
         inputs = DecoderInputs(input_ids, position_ids, attention_mask, past, cross, logits_at)
-        call = DecodeCall.of(threading.get_ident(), inputs)
+        return self.run_steps(_one_call(inputs))
+
+    def run_steps(self, steps: Steps[T]) -> T:
+        """Run a resumable decode to its first decoder call here, then let the scheduler serve
+        it with every other task; wait for its result (or raise its error). Asked from the
+        decoder lane itself (a task's step that needs a decode of its own), it is served there
+        and then, unbatched: waiting for the lane would wait forever."""
+        if threading.current_thread() is self._threads[0]:
+            return serve_steps(steps, self.inner.decode)
+        try:
+            inputs = next(steps)
+        except StopIteration as done:
+            return done.value
+        caller = threading.get_ident()
+        task = _Task(steps, self._call(inputs), PendingCall(caller, inputs.rows))
         with self._cond:
             self._check_open()
-            self._pending.append(call)
+            self._waiting.append(task)
             self._cond.notify_all()
-        return call.outcome()  # type: ignore[return-value]
+        return task.ended.outcome()  # type: ignore[return-value]
+
+    def _call(self, inputs: DecoderInputs) -> DecodeCall:
+        rows = inputs.rows
+        if inputs.attention_mask.shape != (rows, inputs.past_len + inputs.new_tokens):
+            raise ValueError(
+                f"attention_mask must be [{rows}, {inputs.past_len + inputs.new_tokens}], "
+                f"got {list(inputs.attention_mask.shape)}"
+            )
+        return DecodeCall.of(threading.get_ident(), inputs)
 
     def align(
         self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]
@@ -226,21 +239,40 @@ class BatchingSessions:
         scratch = InputScratch()
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
+                while not self._waiting and not self._closed:
                     if not self._cond.wait(IDLE_RELEASE_S):  # idle: hand the memory back
                         stacked.clear()
                         scratch.clear()
-                if not self._pending:
+                if not self._waiting:
                     return  # closed and drained
-                self._gather_locked()
-                calls, self._pending = self._pending, []
-                callers = {c.caller for c in calls}
-                self._in_flight |= callers
+                tasks, self._waiting = self._waiting, []
             with self.turns.decoder():
-                self._run(lambda batch: self._serve(batch, stacked, scratch), calls)
+                self._run(
+                    lambda calls: self._serve(calls, stacked, scratch), [t.call for t in tasks]
+                )
+            self._update_from_output(tasks)
+            del tasks  # they hold windows' cross K/V: drop them now, not at the next step
+
+    def _update_from_output(self, tasks: list[_Task]) -> None:
+        """Send each task its call's outputs: it runs its Python part of the step up to its next
+        decoder call (back in the queue) or to its end (its caller wakes)."""
+        going = []
+        for task in tasks:
+            call = task.call
+            try:
+                if call.error is not None:
+                    raise call.error
+                inputs = task.steps.send(call.result)  # type: ignore[arg-type]
+                task.call = self._call(inputs)
+                going.append(task)
+            except StopIteration as done:
+                task.ended.finish(done.value)
+            except BaseException as e:  # the call failed, or the task did (cancelled ...)
+                task.steps.close()
+                task.ended.finish(error=e)
+        if going:
             with self._cond:
-                self._in_flight -= callers
-            del calls  # they hold windows' cross K/V: drop them now, not at the next step
+                self._waiting.extend(going)
 
     def _encoder_lane(self) -> None:
         while True:
@@ -265,27 +297,11 @@ class BatchingSessions:
                 if not call.done.is_set():
                     call.finish(error=e)
 
-    def _gather_locked(self) -> None:
-        """Wait (lock held, released while waiting) at most `wait_ms` for the callers of the last
-        two steps to be back. Two, not one: two callers that fell out of step (each served alone,
-        in turn) are waited for and merge again."""
-        deadline = time.perf_counter() + self.options.wait_ms / 1000
-        while not self._closed:
-            missing = self._last_callers - self._in_flight - {c.caller for c in self._pending}
-            remaining = deadline - time.perf_counter()
-            if not missing or remaining <= 0:
-                return
-            self._cond.wait(remaining)
-
     def _serve(self, calls: list[DecodeCall], stacked: dict, scratch: InputScratch) -> None:
         """One decoder-lane iteration: calls with the same number of new tokens T and the same
         `logits_at` are batched (T = 1: the steps; T > 1: prompts' prefills), each such
         shape on its own.
         stacked: this lane's stacked cross K/V, by group membership; scratch: its input arrays."""
-        with self._cond:
-            served = {c.caller for c in calls}
-            self._last_callers = served | self._previous_callers
-            self._previous_callers = served
         opts = self.options
         if self._slab is not None:
             self._slab.compact()
@@ -344,24 +360,8 @@ class BatchingSessions:
         started = time.perf_counter()
         rows = layout.rows
         new_tokens = layout.calls[0].new_tokens
-        longest = max(c.past_len for c in layout.calls)
         try:
-            input_ids, position_ids, mask, past = scratch.take(
-                rows, new_tokens, longest, layout.calls[0].inputs.past
-            )
-            input_ids[:] = 0  # dummy rows: token 0, position 0
-            position_ids[:] = 0
-            mask[:] = 0  # [R, P + T], 0 = padding
-            mask[:, longest:] = 1  # a dummy row attends to its own tokens only
-            for call, offset in zip(layout.calls, layout.offsets, strict=True):
-                rows_of = slice(offset, offset + call.rows)
-                pad = longest - call.past_len
-                input_ids[rows_of] = call.inputs.input_ids
-                position_ids[rows_of] = call.inputs.position_ids
-                mask[rows_of, pad:] = call.inputs.attention_mask
-                for dst, src in zip(past, call.inputs.past, strict=True):
-                    dst[rows_of, :, :pad] = 0
-                    dst[rows_of, :, pad:] = src
+            input_ids, position_ids, mask, past = assemble(layout, scratch)
             logits_at = layout.calls[0].inputs.logits_at
             logits, new = self.inner.decode(input_ids, position_ids, mask, past, cross, logits_at)
         except Exception:
@@ -429,3 +429,8 @@ class BatchingSessions:
             if held is not None:
                 return held
         return [c[offset : offset + rows] for c in cross]
+
+
+def _one_call(inputs: DecoderInputs) -> Steps[DecoderOutputs]:
+    """A single decoder call as a task."""
+    return (yield inputs)

@@ -4,7 +4,7 @@
 each call's rows sit in one batched decoder call; `pack_by_slot` (windows in the cross K/V
 slab) and `pack_groups` (the others) make them; `stacked_cross` copies a group's cross K/V
 together when they are not in the slab. `InputScratch`: a lane's input arrays, kept from one
-step to the next. Pure data and packing: the scheduler (`app.service.batching`) runs
+step to the next. Pure data and packing: the scheduler (`app.service.batching.scheduler`) runs
 the calls.
 """
 
@@ -16,47 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.service.cross_slab import CrossKV
-
-
-@dataclass(frozen=True)
-class DecoderInputs:
-    """One decoder call's inputs (shapes as `WhisperSessions.decode`): input_ids and
-    position_ids int64 [R, T], attention_mask int64 [R, P + T], past f32 [R, H, P, Dh] per
-    layer and kind, cross f32 [1 or R, H, 1500, Dh] per layer and kind, logits_at int64 [K]
-    (None: logits at all T new positions)."""
-
-    input_ids: np.ndarray
-    position_ids: np.ndarray
-    attention_mask: np.ndarray
-    past: list[np.ndarray]
-    cross: list[np.ndarray]
-    logits_at: np.ndarray | None = None
-
-    @property
-    def rows(self) -> int:
-        return int(self.input_ids.shape[0])
-
-    @property
-    def new_tokens(self) -> int:
-        return int(self.input_ids.shape[1])
-
-    @property
-    def past_len(self) -> int:
-        return int(self.past[0].shape[2])
-
-    @property
-    def shape_key(self) -> tuple[int, tuple[int, ...] | None]:
-        """Calls with the same key can share one decoder call: the same T and `logits_at`."""
-        at = None if self.logits_at is None else tuple(int(i) for i in self.logits_at)
-        return self.new_tokens, at
-
-    def args(self) -> tuple:
-        """The positional arguments of `WhisperSessions.decode`."""
-        return (
-            self.input_ids, self.position_ids, self.attention_mask, self.past, self.cross,
-            self.logits_at,
-        )  # fmt: skip
+from app.runtime.steps import DecoderInputs
+from app.service.batching.cross_slab import CrossKV
 
 
 @dataclass(eq=False)
@@ -229,3 +190,29 @@ def cross_slot(call: DecodeCall) -> int:
     cross = call.cross
     assert isinstance(cross, CrossKV)
     return cross.slot
+
+
+def assemble(
+    layout: Layout, scratch: InputScratch
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The inputs of one decoder call for the calls of `layout` (the same T and `logits_at`),
+    written into `scratch`'s arrays: each call's rows at its offset, its past left-padded to the
+    group's longest (masked), dummy rows attending to their own tokens only."""
+    longest = max(c.past_len for c in layout.calls)
+    input_ids, position_ids, mask, past = scratch.take(
+        layout.rows, layout.calls[0].new_tokens, longest, layout.calls[0].inputs.past
+    )
+    input_ids[:] = 0  # dummy rows: token 0, position 0
+    position_ids[:] = 0
+    mask[:] = 0  # [R, P + T], 0 = padding
+    mask[:, longest:] = 1
+    for call, offset in zip(layout.calls, layout.offsets, strict=True):
+        rows_of = slice(offset, offset + call.rows)
+        pad = longest - call.past_len
+        input_ids[rows_of] = call.inputs.input_ids
+        position_ids[rows_of] = call.inputs.position_ids
+        mask[rows_of, pad:] = call.inputs.attention_mask
+        for dst, src in zip(past, call.inputs.past, strict=True):
+            dst[rows_of, :, :pad] = 0
+            dst[rows_of, :, pad:] = src
+    return input_ids, position_ids, mask, past

@@ -1,6 +1,6 @@
 """The batching scheduler's data: how it batches (`BatchingOptions`, validated once) and what it
-did (`StepRecord` per model call, `BatchingStats` totals). Used by `app.service.batching`, the
-metrics and the benchmarks.
+did (`StepRecord` per model call, `BatchingStats` totals). Used by the scheduler
+(`app.service.batching.scheduler`), the metrics and the benchmarks.
 """
 
 from __future__ import annotations
@@ -16,19 +16,14 @@ class SchedulerClosedError(RuntimeError):
 class BatchingOptions:
     """max_rows: decoder rows per call (sequences; a beam-5 decode is 5 rows).
     max_padding: largest share of a group's past K/V slots that may be padding, in [0, 1).
-    wait_ms: how long a step waits for the previous step's callers to come back.
     max_encode: 30 s windows per encoder call.
-    lanes: decoder calls in flight at once. With 2, one cohort of sequences runs its Python part
-        of a step (logit filters, search) while another cohort's decoder call runs.
     encoder_share: when the encoder and the decoder run on the same CPU they take turns
         (`CoreTurns`); the largest share of time, in (0, 1], that encoder calls take while
         decodes run."""
 
     max_rows: int = 8
     max_padding: float = 0.6
-    wait_ms: float = 5.0
     max_encode: int = 2
-    lanes: int = 1
     encoder_share: float = 0.5
 
     def __post_init__(self) -> None:
@@ -36,12 +31,8 @@ class BatchingOptions:
             raise ValueError(f"max_rows must be >= 1, got {self.max_rows}")
         if not 0.0 <= self.max_padding < 1.0:
             raise ValueError(f"max_padding must be in [0, 1), got {self.max_padding}")
-        if self.wait_ms < 0:
-            raise ValueError(f"wait_ms must be >= 0, got {self.wait_ms}")
         if self.max_encode < 1:
             raise ValueError(f"max_encode must be >= 1, got {self.max_encode}")
-        if self.lanes < 1:
-            raise ValueError(f"lanes must be >= 1, got {self.lanes}")
         if not 0.0 < self.encoder_share <= 1.0:
             raise ValueError(f"encoder_share must be in (0, 1], got {self.encoder_share}")
 

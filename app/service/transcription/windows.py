@@ -12,7 +12,7 @@ from app.engine.backend import WhisperBackend
 from app.engine.mel import pad_or_trim
 from app.engine.vad_spans import restore_time
 from app.runtime.contract import N_FRAMES, TIME_PRECISION
-from app.service.results import Segment
+from app.service.transcription.results import Segment
 
 INPUT_STRIDE = N_FRAMES // 1500  # mel frames per timestamp step (2)
 MAX_CHARS_PER_S = 30.0  # faster than anyone speaks (fast speech: ~20 characters a second)

@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.vad import SileroVad
-from app.service.jobs import ModelInfo, ModelUnavailableError, UnknownModelError
-from app.service.model_leases import Lease
-from app.service.model_open import (
+from app.service.models.leases import Lease
+from app.service.models.loaded import LoadedModel
+from app.service.models.opening import (
     ModelLoadError,
     OpenOptions,
     list_model_folders,
     load_vad,
     open_model,
 )
-from app.service.model_options import (
+from app.service.models.options import (
     DownloadsDisabledError,
     Listener,
     ManagerOptions,
@@ -41,7 +41,7 @@ from app.service.model_options import (
     ModelStatus,
     Obtain,
 )
-from app.service.model_policy import (
+from app.service.models.policy import (
     ModelState,
     RequestAction,
     Resident,
@@ -50,7 +50,7 @@ from app.service.model_policy import (
     refusal,
     request_action,
 )
-from app.service.registry import LoadedModel
+from app.service.transcription.jobs import ModelInfo, ModelUnavailableError, UnknownModelError
 
 log = logging.getLogger(__name__)
 

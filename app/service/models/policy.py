@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.service.jobs import ModelUnavailableError, UnknownModelError
+from app.service.transcription.jobs import ModelUnavailableError, UnknownModelError
 
 ModelState = Literal["available", "building", "loading", "loaded", "unloading", "failed"]
 HOLDING: tuple[ModelState, ...] = ("building", "loading", "loaded", "unloading")  # use memory

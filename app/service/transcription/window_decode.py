@@ -30,9 +30,9 @@ from typing import Literal
 
 from app.engine.backend import WhisperBackend
 from app.engine.decoding_types import DecodingOptions, DecodingResult
-from app.service.fallback import FallbackRule
-from app.service.options import TranscriptionOptions
-from app.service.windows import judged_silent
+from app.service.transcription.fallback import FallbackRule
+from app.service.transcription.options import TranscriptionOptions
+from app.service.transcription.windows import judged_silent
 
 Verdict = Literal["speech", "silent", "looped"]
 TOGETHER_FROM = 1  # attempts from this index on run together (the module docstring says why)
