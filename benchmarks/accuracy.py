@@ -11,8 +11,8 @@ imported). The empty clip's output is reported separately (it should be empty).
 Configurations: ours on OpenVINO (int8, fp16 or fp32 files, with or without the bf16 hint)
 and the CPU EP, faster-whisper int8 and float32; language fixed to English; beam 1 and 5.
 
-    .venv/bin/python benchmarks/accuracy.py            # both models, ~8 min
-    .venv/bin/python benchmarks/accuracy.py --quick    # tiny.en, OV int8 + bf16, fw int8/fp32
+    .venv/bin/python -m benchmarks.accuracy            # both models, ~8 min
+    .venv/bin/python -m benchmarks.accuracy --quick    # tiny.en, OV int8 + bf16, fw int8/fp32
 
 Writes benchmarks/results/accuracy.md (+ accuracy.json with every transcript).
 """
@@ -25,11 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.common import CONFIGS, Worker  # noqa: E402
+from benchmarks import common
+from benchmarks.common import CONFIGS, Worker
 
 
 def parse_args() -> argparse.Namespace:

@@ -17,9 +17,9 @@ Three parts (each can be picked with --parts):
   streams. "Sustained" = every stream's median commit latency <= 2.0 s and done <= 3 s after
   its audio ended.
 
-    .venv/bin/python benchmarks/batching.py                      # everything, ~30 min
-    .venv/bin/python benchmarks/batching.py --parts rows --models tiny.en,base
-    .venv/bin/python benchmarks/batching.py --quick              # tiny.en, fewer levels
+    .venv/bin/python -m benchmarks.batching                      # everything, ~30 min
+    .venv/bin/python -m benchmarks.batching --parts rows --models tiny.en,base
+    .venv/bin/python -m benchmarks.batching --quick              # tiny.en, fewer levels
 
 Writes benchmarks/results/batching.md (and batching.png: tokens/s against rows).
 """
@@ -29,21 +29,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from app.api.metrics import batch_rows  # noqa: E402
-from benchmarks import common  # noqa: E402
-from benchmarks import stream_latency as live  # noqa: E402
-from benchmarks.api_latency import launch_server, run_clients, start_server  # noqa: E402
-from benchmarks.load import percentile  # noqa: E402
+from app.api.metrics import batch_rows
+from benchmarks import common
+from benchmarks import stream_latency as live
+from benchmarks.api_latency import run_clients
+from benchmarks.common import REPO
+from benchmarks.load import percentile
+from benchmarks.server import launch_server, start_server
 
 SUSTAINED_COMMIT_S = 2.0
 SUSTAINED_DONE_S = 3.0
@@ -80,7 +78,7 @@ def parse_args() -> argparse.Namespace:
 # ---- rows: decoder tokens/s against rows per call -----------------------------------------------
 def rows_part(model: str, args: argparse.Namespace) -> list[dict]:
     from app.runtime.sessions import RuntimeOptions, WhisperSessions
-    from app.service.cross_slab import CrossSlab
+    from app.service.batching.cross_slab import CrossSlab
 
     sessions = WhisperSessions.load(
         args.models_dir / model, RuntimeOptions(threads=args.threads, inference_precision="auto")

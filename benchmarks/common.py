@@ -1,8 +1,9 @@
 """Shared pieces of the benchmarks: paths, test clips, the peer's model folders, warm worker
 processes (ours and faster-whisper's), the quiet-machine wait, WER and Markdown output.
 
-Not a script. The benchmark scripts put the repository on `sys.path` and import this module as
-`benchmarks.common`.
+Not a script. The benchmark scripts run as `python -m benchmarks.<name>` from the repository root
+and import this module as `benchmarks.common`; the worker processes are started the same way
+(`-m benchmarks.<worker>`, the repository as their working directory), in whichever venv.
 
 Workers: every configuration under test runs in its own long-lived process that loads its model
 once and answers JSON lines on stdin/stdout (`benchmarks/our_worker.py` in `.venv`,
@@ -171,7 +172,6 @@ def long_clip() -> Path:
     import numpy as np
     import soundfile as sf
 
-    sys.path.insert(0, str(REPO))
     from app.engine.audio import decode_audio
 
     clips = [(decode_audio(TESTDATA / e["file"]), e["text"]) for e in english_clips()]
@@ -219,7 +219,6 @@ def peer_model_dir(name: str) -> Path:
     files = ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")
     if all((target / f).is_file() for f in files):
         return target
-    sys.path.insert(0, str(REPO))
     from app.export.sources import catalog, fetch_catalog_model
 
     source = fetch_catalog_model(name, WEIGHTS_CACHE)  # downloads + checks sha256 once
@@ -363,7 +362,7 @@ class Worker:
         if config.kind == "peer":
             if not PEER_PYTHON.is_file():
                 raise SystemExit("the faster-whisper venv is missing: run `make bench-setup`")
-            cmd = [str(PEER_PYTHON), str(BENCH / "peer_worker.py")]
+            cmd = [str(PEER_PYTHON), "-m", "benchmarks.peer_worker"]
             load = {
                 "model_dir": str(peer_model_dir(model)),
                 "compute_type": config.compute_type,
@@ -376,11 +375,11 @@ class Worker:
                     "openvino.genai's model is missing: run `make bench-genai-setup` and "
                     f"`.venv/bin/python benchmarks/genai_model.py --models {model}`"
                 )
-            cmd = [str(GENAI_PYTHON), str(BENCH / "genai_worker.py")]
+            cmd = [str(GENAI_PYTHON), "-m", "benchmarks.genai_worker"]
             load = {"model_dir": str(ov), "threads": threads}
         else:
             models_dir = models_dir_for(model, config.files)
-            cmd = [str(OUR_PYTHON), str(BENCH / "our_worker.py")]
+            cmd = [str(OUR_PYTHON), "-m", "benchmarks.our_worker"]
             load = {
                 "model_dir": str(models_dir / model),
                 "ep": config.ep,

@@ -12,7 +12,7 @@ and a decoder step's (one row, 100 tokens of past), medians; the service's preci
 kind (bf16 where it has native bf16, else f32). Times on a held CPU are the held kernels on this
 CPU's cores, not a real CPU of that kind.
 
-    .venv/bin/python benchmarks/cpu_kinds.py --out benchmarks/results/cpu_kinds_speed.md
+    .venv/bin/python -m benchmarks.cpu_kinds --out benchmarks/results/cpu_kinds_speed.md
 """
 
 from __future__ import annotations
@@ -27,10 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.common import MODELS_DIR, header, load1, table, write  # noqa: E402
+from benchmarks.common import MODELS_DIR, header, load1, table, write
 
 KINDS = ("", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16")
 WAYS = ("int8", "float")

@@ -6,7 +6,7 @@ a loop check per step) and are on in both; the quiet-input lift runs in both. So
 is the VAD pass (Silero over the whole upload, `app.engine.vad_sequence`) against what it saves (the
 non-speech it cuts need not be encoded or decoded).
 
-    .venv/bin/python benchmarks/defences_cost.py [--models tiny.en,base] [--beams 1,5] [--runs 5]
+    .venv/bin/python -m benchmarks.defences_cost [--models tiny.en,base] [--beams 1,5] [--runs 5]
 
 Writes benchmarks/results/defences_cost.md.
 """
@@ -16,13 +16,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.common import CONFIGS, EARNINGS, Worker  # noqa: E402
+from benchmarks import common
+from benchmarks.common import CONFIGS, EARNINGS, Worker
 
 SETTINGS = {"defaults (VAD on)": {"vad_filter": True}, "VAD off": {"vad_filter": False}}
 

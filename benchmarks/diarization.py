@@ -8,7 +8,7 @@ conversation come from one Whisper transcription with word timing, given speaker
 turns. Both are scored against the same two references: speech with each speaker's pauses under
 0.3 s bridged (the figure that counts, the way human references mark speech) and Silero's raw
 decisions (the second figure). pyannote.metrics scores the first conversations too (in the peer's
-venv), to check our DER. Run: `python benchmarks/diarization.py [--steps 5,1] [--per-count 5]
+venv), to check our DER. Run: `python -m benchmarks.diarization [--steps 5,1] [--per-count 5]
 [--peer /work/peers/senko/bin/python] [--first-seed 1] [--no-wait]`; results go to
 `benchmarks/results/diarization.md`.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -26,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engine.speakers import load_speaker_models
 from app.engine.vad import SileroVad
@@ -41,9 +38,9 @@ from app.service.diarize.job import (
     transcribe_speakers,
 )
 from app.service.diarize.pipeline import DiarizationOptions, Diarizer
-from app.service.jobs import TranscriptionJob
-from app.service.model_open import OpenOptions, open_model, rss_bytes
-from app.service.registry import LoadedModel
+from app.service.models.loaded import LoadedModel
+from app.service.models.opening import OpenOptions, open_model, rss_bytes
+from app.service.transcription.jobs import TranscriptionJob
 from benchmarks.common import add_args, header, start_load, table, write
 from benchmarks.diarization_corpus import (
     REAL,

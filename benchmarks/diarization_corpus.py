@@ -28,14 +28,13 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from app.engine.audio import decode_audio
 from app.engine.vad import SileroVad
+from benchmarks.common import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "diarization"
 AUDIO = REPO / "tests" / "data" / "audio"
 RATE = 16000

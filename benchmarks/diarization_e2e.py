@@ -6,7 +6,7 @@ the speaker models where the service puts them (ONNX Runtime's CPU provider on a
 `--speaker-threads` threads, diarizing beside the transcription as the service does.
 `diarization.py` measures the same with every model on the CPU provider, beside DER.
 
-    .venv/bin/python benchmarks/diarization_e2e.py --model base --runs 5
+    .venv/bin/python -m benchmarks.diarization_e2e --model base --runs 5
 
 Writes benchmarks/results/diarization_e2e.md.
 """
@@ -14,17 +14,12 @@ Writes benchmarks/results/diarization_e2e.md.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from app.engine.vad import SileroVad  # noqa: E402
-from app.runtime.sessions import RuntimeOptions  # noqa: E402
-from app.service.diarize.job import SPEAKER_THREADS  # noqa: E402
-from benchmarks.common import add_args, header, start_load, write  # noqa: E402
-from benchmarks.diarization import MODELS, end_to_end  # noqa: E402
+from app.engine.vad import SileroVad
+from app.runtime.sessions import RuntimeOptions
+from app.service.diarize.job import SPEAKER_THREADS
+from benchmarks.common import add_args, header, start_load, write
+from benchmarks.diarization import MODELS, end_to_end
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ aligner diarization needs is then loaded too) `--rounds` times: that RSS is the 
 the same clip as `diarized_json` `--rounds` times (the speaker models load on the first one).
 Added = RSS after the diarized rounds - baseline; the peak (VmHWM) is reported too.
 
-    .venv/bin/python benchmarks/diarization_memory.py
-    .venv/bin/python benchmarks/diarization_memory.py --set STT_DIARIZATION_DEVICE=CPU
+    .venv/bin/python -m benchmarks.diarization_memory
+    .venv/bin/python -m benchmarks.diarization_memory --set STT_DIARIZATION_DEVICE=CPU
 
 Writes benchmarks/results/diarization_memory.md (one row per run is appended: each run names
 its settings).
@@ -17,18 +17,14 @@ its settings).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from app.runtime.memory import malloc_environment  # noqa: E402
-from benchmarks import common  # noqa: E402
-from benchmarks.api_latency import launch_server  # noqa: E402
+from app.runtime.memory import malloc_environment
+from benchmarks import common
+from benchmarks.common import REPO
+from benchmarks.server import launch_server
 
 RESULTS = REPO / "benchmarks" / "results" / "diarization_memory.md"
 HEAD = (

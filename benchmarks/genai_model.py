@@ -11,7 +11,7 @@ Three steps, once per model, into `.cache/genai/<name>/`:
    tokenizer with openvino-tokenizers;
 3. a check that the pipeline reads jfk right.
 
-    .venv/bin/python benchmarks/genai_model.py --models tiny.en,base
+    .venv/bin/python -m benchmarks.genai_model --models tiny.en,base
 """
 
 from __future__ import annotations
@@ -20,13 +20,9 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 
 def generation_config(ct2_config: dict, tokenizer: dict, multilingual: bool) -> dict:

@@ -12,11 +12,7 @@ pipeline's own sequential 30 s windows (timestamps on, as its long-form mode nee
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.worker_protocol import rss, serve
 

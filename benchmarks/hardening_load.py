@@ -15,8 +15,8 @@ real time, never more than `--max-lead` s ahead of the last committed text. The 
 open file descriptors (/proc/PID/fd) and threads (/proc/PID/status) are sampled at the start,
 along the way and at the end.
 
-    .venv/bin/python benchmarks/hardening_load.py --mode load --no-wait
-    .venv/bin/python benchmarks/hardening_load.py --mode long --no-wait
+    .venv/bin/python -m benchmarks.hardening_load --mode load --no-wait
+    .venv/bin/python -m benchmarks.hardening_load --mode long --no-wait
 
 Writes benchmarks/results/hardening_load.md or hardening_long.md (`--out-dir`).
 """
@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import random
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,13 +39,11 @@ import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from app.runtime.memory import malloc_environment  # noqa: E402
-from benchmarks import common  # noqa: E402
-from benchmarks.api_latency import Server, start_server  # noqa: E402
-from benchmarks.load import percentile  # noqa: E402
+from app.runtime.memory import malloc_environment
+from benchmarks import common
+from benchmarks.common import REPO
+from benchmarks.load import percentile
+from benchmarks.server import Server, start_server
 
 MAX_CLIP_S = 15.0  # clips used by the load mode (short turns, like a voice assistant's)
 FRAME_S = 0.1  # WebSocket audio frame (s)

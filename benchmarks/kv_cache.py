@@ -12,8 +12,8 @@ repeats per position.
 
 End to end: the transcriber on the 60 s clip with each strategy (greedy and beam 5).
 
-    .venv/bin/python benchmarks/kv_cache.py               # tiny.en + base, ~10 min
-    .venv/bin/python benchmarks/kv_cache.py --quick       # tiny.en, batch 1, 1 repeat
+    .venv/bin/python -m benchmarks.kv_cache               # tiny.en + base, ~10 min
+    .venv/bin/python -m benchmarks.kv_cache --quick       # tiny.en, batch 1, 1 repeat
 
 Writes benchmarks/results/kv_cache.md and kv_cache_<model>.png.
 """
@@ -28,17 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from app.engine.audio import decode_audio  # noqa: E402
-from app.engine.kv_cache import make_cache  # noqa: E402
-from app.engine.mel import log_mel_spectrogram, pad_or_trim  # noqa: E402
-from app.engine.tokenizer import Tokenizer  # noqa: E402
-from app.runtime.contract import N_FRAMES  # noqa: E402
-from app.runtime.sessions import RuntimeOptions, WhisperSessions  # noqa: E402
-from app.service.transcriber import Transcriber, TranscriptionOptions  # noqa: E402
-from benchmarks import common  # noqa: E402
+from app.engine.audio import decode_audio
+from app.engine.kv_cache import make_cache
+from app.engine.mel import log_mel_spectrogram, pad_or_trim
+from app.engine.tokenizer import Tokenizer
+from app.runtime.contract import N_FRAMES
+from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
+from benchmarks import common
 
 MODES = ("concat", "static", "none")
 

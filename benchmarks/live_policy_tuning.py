@@ -16,7 +16,7 @@ pooled over the rows: a change smaller than its paired noise shows as a large p.
 `--texts FILE` writes every row's streamed texts (JSON, per clip), to compare two versions of the
 code word for word.
 
-    .venv/bin/python benchmarks/live_policy_tuning.py --models tiny.en,base \
+    .venv/bin/python -m benchmarks.live_policy_tuning --models tiny.en,base \
         --out benchmarks/results/live_policy_tuning.md
 """
 
@@ -29,10 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.common import MODELS_DIR, TESTDATA, english_clips, header, load1, table, wer  # noqa: E402
+from benchmarks.common import MODELS_DIR, TESTDATA, english_clips, header, load1, table, wer
 
 DEFAULT_GRID = (
     "local_agreement:0:1.0,local_agreement:0:0.5,"
@@ -84,8 +81,8 @@ def main() -> int:
     from app.runtime.sessions import RuntimeOptions, WhisperSessions
     from app.service.live import StreamingOptions
     from app.service.live.policy import AlignAtt
-    from app.service.options import TranscriptionOptions
-    from app.service.transcriber import Transcriber
+    from app.service.transcription.options import TranscriptionOptions
+    from app.service.transcription.transcriber import Transcriber
 
     load_before = load1()
     clips, seen = [], set()

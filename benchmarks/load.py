@@ -7,9 +7,9 @@ beam 5, timestamps, fallback) back to back, `--per-client` requests each after o
 request. Latency = send to full response, per request; requests/s = requests / wall time of the
 level; audio s/s = requests/s × 11 s. Levels run one after the other on the same server.
 
-    .venv/bin/python benchmarks/load.py                  # tiny.en and base, ~8 min
-    .venv/bin/python benchmarks/load.py --quick          # tiny.en, 1/2/4 clients, fewer requests
-    .venv/bin/python benchmarks/load.py --url http://127.0.0.1:8000 --models base
+    .venv/bin/python -m benchmarks.load                  # tiny.en and base, ~8 min
+    .venv/bin/python -m benchmarks.load --quick          # tiny.en, 1/2/4 clients, fewer requests
+    .venv/bin/python -m benchmarks.load --url http://127.0.0.1:8000 --models base
 
 Writes benchmarks/results/load.md and load.png.
 """
@@ -24,11 +24,9 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.api_latency import run_clients, start_server, transcribe  # noqa: E402
+from benchmarks import common
+from benchmarks.api_latency import run_clients, transcribe
+from benchmarks.server import start_server
 
 
 def parse_args() -> argparse.Namespace:

@@ -11,7 +11,7 @@ Systems (same weights, 2 threads, English): ours with its defaults (VAD on) and 
 Seeds reach ours through `TranscriptionOptions.seed`, faster-whisper through
 `ctranslate2.set_random_seed`.
 
-    .venv/bin/python benchmarks/long_wer.py --model base --beams 1 --seeds 5
+    .venv/bin/python -m benchmarks.long_wer --model base --beams 1 --seeds 5
 
 Writes benchmarks/results/long_wer_<model>.md.
 """
@@ -22,13 +22,9 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.robustness import SYSTEMS  # noqa: E402
+from benchmarks import common
+from benchmarks.robustness import SYSTEMS
 
 DEFAULT_SYSTEMS = "ours,ours -VAD,fw,fw +VAD"
 

@@ -1,7 +1,7 @@
 """Log-mel speed: ours (`app.engine.mel`) vs faster-whisper's feature extractor, in one process.
 
 Each system is called as its transcription does: ours with 30 s of silence appended
-(`padding=N_SAMPLES_PER_WINDOW`, as `app/service/transcriber.py`), faster-whisper's
+(`padding=N_SAMPLES_PER_WINDOW`, as `app/service/transcription/transcriber.py`), faster-whisper's
 `FeatureExtractor` with its default `padding=160`. faster-whisper's module is loaded from the
 peer environment's file (`.venv-peer/.../faster_whisper/feature_extractor.py`, numpy only), so
 its own code runs on this environment's numpy. `--before REV` adds ours as of a git revision
@@ -9,7 +9,7 @@ its own code runs on this environment's numpy. `--before REV` adds ours as of a 
 clip (benchmarks/common.py). Every round calls each system once per clip, in an order rotating
 between rounds; figures are medians (and minima) over the rounds. Threads: numpy's defaults.
 
-    .venv/bin/python benchmarks/mel_speed.py --before 10cc211 --runs 9
+    .venv/bin/python -m benchmarks.mel_speed --before 10cc211 --runs 9
 
 Writes benchmarks/results/mel_speed.md.
 """
@@ -20,22 +20,19 @@ import argparse
 import importlib.util
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from app.engine.audio import decode_audio  # noqa: E402
-from app.engine.mel import log_mel_spectrogram  # noqa: E402
-from app.runtime.contract import N_SAMPLES_PER_WINDOW  # noqa: E402
-from benchmarks import common  # noqa: E402
+from app.engine.audio import decode_audio
+from app.engine.mel import log_mel_spectrogram
+from app.runtime.contract import N_SAMPLES_PER_WINDOW
+from benchmarks import common
+from benchmarks.common import REPO
 
 PEER_EXTRACTOR = "lib/python3.11/site-packages/faster_whisper/feature_extractor.py"
 

@@ -14,8 +14,8 @@ on this CPU); RSS (VmRSS) and peak RSS (VmHWM) of the server process when /healt
 clip (3 windows with prompts: larger decoder shapes). Next to it, faster-whisper's warm
 process: after loading, after the same number of jfk transcriptions and after the 60 s clip.
 
-    .venv/bin/python benchmarks/memory.py            # both models, ~15 min
-    .venv/bin/python benchmarks/memory.py --quick    # tiny.en, OV fp32 + fw int8, 20 requests
+    .venv/bin/python -m benchmarks.memory            # both models, ~15 min
+    .venv/bin/python -m benchmarks.memory --quick    # tiny.en, OV fp32 + fw int8, 20 requests
 
 Writes benchmarks/results/memory.md and memory_server.png.
 """
@@ -33,13 +33,11 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from app.runtime.memory import malloc_environment  # noqa: E402
-from benchmarks import common  # noqa: E402
-from benchmarks.api_latency import start_server, transcribe  # noqa: E402
-from benchmarks.common import CONFIGS, Config  # noqa: E402
+from app.runtime.memory import malloc_environment
+from benchmarks import common
+from benchmarks.api_latency import transcribe
+from benchmarks.common import CONFIGS, REPO, Config
+from benchmarks.server import start_server
 
 CLI_CLIPS = {"jfk": common.JFK, "earnings60": common.EARNINGS, "long10m": common.LONG}
 
@@ -96,7 +94,7 @@ def run_child(cmd: list[str], stdin_text: str | None, threads: int) -> tuple[int
 def cli_peak(model: str, config: Config, clip: Path, args: argparse.Namespace) -> dict:
     lines = None
     if config.kind == "peer":
-        cmd = [str(common.PEER_PYTHON), str(common.BENCH / "peer_worker.py")]
+        cmd = [str(common.PEER_PYTHON), "-m", "benchmarks.peer_worker"]
         load = {
             "model_dir": str(common.peer_model_dir(model)),
             "compute_type": config.compute_type,

@@ -11,7 +11,7 @@ Folders: ours models/<size>, else <--ckpt>/<size>/ours/<name> (random full-size 
 benchmarks/size_checkpoints.py); CTranslate2 <ckpt>/<size>/ct2, else the catalog's own
 CTranslate2 files (`common.peer_model_dir`, tiny.en and base).
 
-    .venv/bin/python benchmarks/memory_sizes.py --sizes base,small,large-v3-turbo
+    .venv/bin/python -m benchmarks.memory_sizes --sizes base,small,large-v3-turbo
 
 Writes benchmarks/results/memory_sizes.md (+ .json).
 """
@@ -27,8 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO
 
 CKPT = Path("/work/ckpt")
 SIDES = ("ours", "ct2")

@@ -12,9 +12,9 @@ CTranslate2, plus torch and transformers for writing and converting checkpoints)
 `make test-models` (the multilingual tokenizer). Checkpoints and built models go under --root
 (default /work/ckpt, never the repository; large-v3 needs ~3.1 GB hf + 1.6 GB ct2 + ours):
 
-    .venv/bin/python benchmarks/model_sizes.py prepare --sizes large-v3
-    .venv/bin/python benchmarks/model_sizes.py measure --sizes large-v3 --rounds 3
-    .venv/bin/python benchmarks/model_sizes.py report
+    .venv/bin/python -m benchmarks.model_sizes prepare --sizes large-v3
+    .venv/bin/python -m benchmarks.model_sizes measure --sizes large-v3 --rounds 3
+    .venv/bin/python -m benchmarks.model_sizes report
 
 Each side runs in its own process (`benchmarks/size_worker.py`, which says how each figure is
 taken), one model in memory at a time; a round starts a fresh process per side, sides
@@ -39,11 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.size_checkpoints import SIZES  # noqa: E402
+from benchmarks import common
+from benchmarks.common import REPO
+from benchmarks.size_checkpoints import SIZES
 
 ROOT = Path("/work/ckpt")
 CONVERTER = common.PEER_PYTHON.parent / "ct2-transformers-converter"
@@ -134,8 +132,8 @@ def prepare(size: str, args: argparse.Namespace) -> None:
     info_path = base / "prepare.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
     if not (hf / "tokenizer.json").is_file():
-        cmd = [str(common.PEER_PYTHON), str(common.BENCH / "size_checkpoints.py"), size]
-        subprocess.run([*cmd, "--root", str(args.root)], check=True)
+        cmd = [str(common.PEER_PYTHON), "-m", "benchmarks.size_checkpoints", size]
+        subprocess.run([*cmd, "--root", str(args.root)], check=True, cwd=REPO)
     if not (ct2 / "model.bin").is_file():
         partial = base / "ct2.partial"
         shutil.rmtree(partial, ignore_errors=True)
@@ -170,7 +168,7 @@ class Side:
         python = common.OUR_PYTHON if kind == "ours" else common.PEER_PYTHON
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
-            [str(python), str(common.BENCH / "size_worker.py"), kind, str(folder)],
+            [str(python), "-m", "benchmarks.size_worker", kind, str(folder)],
             cwd=REPO,
             env=env,
             stdin=subprocess.PIPE,
@@ -348,7 +346,7 @@ def report(results: dict[str, dict]) -> list[str]:
     lines = [
         "# Every Whisper size: ours vs CTranslate2 int8 (random full-size weights)",
         "",
-        "`.venv/bin/python benchmarks/model_sizes.py measure` (see its docstring and "
+        "`.venv/bin/python -m benchmarks.model_sizes measure` (see its docstring and "
         "`benchmarks/size_worker.py` for how each figure is taken); "
         f"{' / '.join(cpus)}: without avx512_bf16 our `auto` precision is f32 with activation "
         f"quantization; {first.get('threads', 2)} threads each side. Ours: int8 "

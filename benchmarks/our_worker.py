@@ -14,19 +14,15 @@ transcribe` does after loading.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from app.engine.audio import decode_audio  # noqa: E402
-from app.engine.tokenizer import Tokenizer  # noqa: E402
-from app.engine.vad import VAD_FILE, SileroVad  # noqa: E402
-from app.runtime.sessions import RuntimeOptions, WhisperSessions  # noqa: E402
-from app.service.transcriber import Transcriber, TranscriptionOptions  # noqa: E402
-from benchmarks.worker_protocol import rss, serve  # noqa: E402
+from app.engine.audio import decode_audio
+from app.engine.tokenizer import Tokenizer
+from app.engine.vad import VAD_FILE, SileroVad
+from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
+from benchmarks.worker_protocol import rss, serve
 
 
 class Engine:

@@ -14,11 +14,7 @@ End-to-end time = WhisperModel.transcribe(path) + consuming every segment (it de
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.worker_protocol import rss, serve
 

@@ -13,9 +13,9 @@ temperature 0), the systems' order rotating file by file; time is the sum of the
 times. Speech WER is corpus-level per condition (Whisper's English normaliser); non-speech
 counts the words of each clip's text (the target is 0).
 
-    .venv/bin/python benchmarks/robustness.py                       # tiny.en + base, greedy
-    .venv/bin/python benchmarks/robustness.py --nonspeech-beams 1,5 --models tiny.en
-    .venv/bin/python benchmarks/robustness.py --beams 5 --nonspeech-beams "" --systems ours,fw
+    .venv/bin/python -m benchmarks.robustness                       # tiny.en + base, greedy
+    .venv/bin/python -m benchmarks.robustness --nonspeech-beams 1,5 --models tiny.en
+    .venv/bin/python -m benchmarks.robustness --beams 5 --nonspeech-beams "" --systems ours,fw
 
 Writes benchmarks/results/robustness.md, robustness.json (every transcript) and robustness.png.
 """
@@ -30,13 +30,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.common import CONFIGS, Config, Worker  # noqa: E402
-from benchmarks.robustness_corpus import OUT as CORPUS  # noqa: E402
-from benchmarks.robustness_corpus import build  # noqa: E402
+from benchmarks import common
+from benchmarks.common import CONFIGS, Config, Worker
+from benchmarks.robustness_corpus import OUT as CORPUS
+from benchmarks.robustness_corpus import build
 
 DEFENCES_OFF = {"vad_filter": False, "no_speech_threshold": None, "repetition_guard": False}
 

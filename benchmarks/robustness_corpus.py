@@ -14,7 +14,7 @@ Non-speech: 20 s clips that must give no text at all.
                         mains hum; clicks; kitchen-like clatter; music (chords; a drum pattern);
                         the repository's no-speech clip (picovoice_empty.wav)
 
-    .venv/bin/python benchmarks/robustness_corpus.py [--out .cache/bench/robustness]
+    .venv/bin/python -m benchmarks.robustness_corpus [--out .cache/bench/robustness]
 
 At SNR 20 and 10 dB (the conditions the noise target covers) each clip gets `NOISE_DRAWS`
 independent noise draws: the corpus has ~207 words per condition, so one word is 0.48 points of
@@ -35,12 +35,9 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from app.engine.audio import decode_audio  # noqa: E402
-from benchmarks.common import AUDIO, CACHE, SPEECH_CLIPS, english_clips  # noqa: E402
-from tests.media import (  # noqa: E402
+from app.engine.audio import decode_audio
+from benchmarks.common import AUDIO, CACHE, SPEECH_CLIPS, english_clips
+from tests.media import (
     CONTAINERS,
     RATE,
     at_snr,

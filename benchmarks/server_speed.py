@@ -14,7 +14,7 @@ the client's (upload, queue, decode, response), with the server's stage split re
 around each request; the peers' their call (faster-whisper's `transcribe`, openvino.genai's file
 read + `generate`).
 
-    .venv/bin/python benchmarks/server_speed.py --models tiny.en,base
+    .venv/bin/python -m benchmarks.server_speed --models tiny.en,base
 
 Writes benchmarks/results/server_speed.md (`--out-name`).
 """
@@ -31,12 +31,10 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.api_latency import Server, launch_server  # noqa: E402
-from benchmarks.batching import post  # noqa: E402
+from benchmarks import common
+from benchmarks.batching import post
+from benchmarks.common import REPO
+from benchmarks.server import Server, launch_server
 
 OURS = "ours (server)"
 CLIPS = {"earnings60": lambda: common.EARNINGS, "long10m": common.long_clip}

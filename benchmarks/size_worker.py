@@ -38,10 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.worker_protocol import rss, serve  # noqa: E402
+from benchmarks.worker_protocol import rss, serve
 
 PROMPT = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
 

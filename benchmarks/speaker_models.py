@@ -8,7 +8,7 @@ RSS: what loading each EP's two sessions added to the process, then what stayed 
 (the OpenVINO EP is measured after the CPU one, in the same process; start it with the
 glibc settings of `make run` to see what the server sees).
 
-    .venv/bin/python benchmarks/speaker_models.py --runs 5
+    .venv/bin/python -m benchmarks.speaker_models --runs 5
 
 Writes benchmarks/results/speaker_models.md.
 """
@@ -18,19 +18,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from app.engine.audio import decode_audio  # noqa: E402
-from app.engine.speakers import load_speaker_models  # noqa: E402
-from app.runtime.contract import SAMPLE_RATE  # noqa: E402
-from app.runtime.sessions import RuntimeOptions  # noqa: E402
-from benchmarks import common  # noqa: E402
+from app.engine.audio import decode_audio
+from app.engine.speakers import load_speaker_models
+from app.runtime.contract import SAMPLE_RATE
+from app.runtime.sessions import RuntimeOptions
+from benchmarks import common
+from benchmarks.common import REPO
 
 CLIP = REPO / "tests" / "data" / "audio" / "earnings22_1_4482311_3_62.wav"
 STEP_S = 5.0

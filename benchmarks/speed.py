@@ -17,8 +17,8 @@ English testdata clips (built once into .cache/bench/long10m.wav). The long clip
 `--long-runs` rounds (default 1) and no warm-up of its own (the processes are warm from the shorter
 clips), and by default only `--long-configs`.
 
-    .venv/bin/python benchmarks/speed.py            # default matrix, ~15-20 min on 2 idle cores
-    .venv/bin/python benchmarks/speed.py --quick    # tiny.en, jfk + 60 s, main configs, 3 runs
+    .venv/bin/python -m benchmarks.speed            # default matrix, ~15-20 min on 2 idle cores
+    .venv/bin/python -m benchmarks.speed --quick    # tiny.en, jfk + 60 s, main configs, 3 runs
 
 Writes benchmarks/results/speed.md (speed_quick.md with --quick) and speed_<model>.png.
 """
@@ -32,11 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.common import CONFIGS, Worker  # noqa: E402
+from benchmarks import common
+from benchmarks.common import CONFIGS, Worker
 
 CLIP_PATHS = {"jfk": common.JFK, "earnings60": common.EARNINGS, "long10m": common.LONG}
 ALL = "ov-int8-bf16,ov-int8,ov-fp16-bf16,ov-fp32,cpu-int8,fw-int8,fw-fp32"

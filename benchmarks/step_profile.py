@@ -7,7 +7,7 @@ performance counters. Inputs are one step (T = 1) after a past of `--past` posit
 has its own 30 s window ("distinct", as the batching scheduler runs them) or all rows share one
 ("shared", beams).
 
-    python benchmarks/step_profile.py --model-dir models/tiny.en --rows 1,8
+    python -m benchmarks.step_profile --model-dir models/tiny.en --rows 1,8
 
 Prints, per row count and window mode, the summed time of each (operation type, kernel) over the
 call, the sum over all nodes and the number of nodes; writes the same as Markdown with --out.

@@ -24,7 +24,7 @@ transcript done here with the PyTorch reference model of `tests/oracle.py` (the 
 and openai/whisper's method (cross-attention of the alignment heads, median filter, DTW).
 Streamed words are matched to reference words with difflib; unmatched words are left out.
 
-    .venv/bin/python benchmarks/stream_latency.py --models tiny.en,base \
+    .venv/bin/python -m benchmarks.stream_latency --models tiny.en,base \
         --policies local_agreement,alignatt --repeats 2 --out benchmarks/results/live_latency.md
 """
 
@@ -43,11 +43,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.api_latency import launch_server  # noqa: E402
-from benchmarks.common import AUDIO, clip_reference, header, load1, wer  # noqa: E402
+from benchmarks.common import AUDIO, REPO, clip_reference, header, load1, wer
+from benchmarks.server import launch_server
 
 CLIPS = {
     "jfk": AUDIO / "jfk.wav",

@@ -12,11 +12,11 @@ flipped at random 20 000 times; a net change inside ±2 sd of those totals is no
 The corpus: `benchmarks/data/devcorpus/` (162 LibriSpeech utterances, 18 speakers, ~3,800 words;
 its README says where they come from).
 
-    /tmp/oldvenv/bin/python benchmarks/wer_paired.py transcribe --checkout /tmp/old \\
+    /tmp/oldvenv/bin/python -m benchmarks.wer_paired transcribe --checkout /tmp/old \\
         --model tiny.en --beam 5 --out /tmp/old-tiny-5.json
-    .venv/bin/python benchmarks/wer_paired.py transcribe --model tiny.en --beam 5 \\
+    .venv/bin/python -m benchmarks.wer_paired transcribe --model tiny.en --beam 5 \\
         --out /tmp/new-tiny-5.json
-    .venv/bin/python benchmarks/wer_paired.py compare /tmp/old-tiny-5.json /tmp/new-tiny-5.json
+    .venv/bin/python -m benchmarks.wer_paired compare /tmp/old-tiny-5.json /tmp/new-tiny-5.json
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO
+
 CORPUS = REPO / "benchmarks" / "data" / "devcorpus"
 
 
@@ -69,8 +70,8 @@ def transcribe(args: argparse.Namespace) -> None:
     from app.engine.tokenizer import Tokenizer
     from app.main import runtime_options
     from app.runtime.sessions import WhisperSessions
-    from app.service.options import TranscriptionOptions
-    from app.service.transcriber import Transcriber
+    from app.service.transcription.options import TranscriptionOptions
+    from app.service.transcription.transcriber import Transcriber
 
     folder = args.models_dir / args.model
     sessions = WhisperSessions.load(folder, runtime_options(Settings(threads=args.threads)))

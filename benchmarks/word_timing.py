@@ -16,7 +16,7 @@ same beam), against a ground truth built from the long clip, and what words cost
 3. Cost: end-to-end time on the 60 s clip with words off and on (ours), greedy and beam 5,
    runs alternated; the ratio of medians.
 
-    .venv/bin/python benchmarks/word_timing.py --models tiny.en,base --repeats 3
+    .venv/bin/python -m benchmarks.word_timing --models tiny.en,base --repeats 3
 
 Writes benchmarks/results/word_timing.md.
 """
@@ -32,11 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.common import CONFIGS  # noqa: E402
+from benchmarks import common
+from benchmarks.common import CONFIGS, REPO
 
 OURS, PEER = CONFIGS["ov-int8"], CONFIGS["fw-int8"]
 ONSET_DB = 25.0  # speech onset: the first 10 ms frame within this of the clip's loudest

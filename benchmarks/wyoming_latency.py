@@ -15,7 +15,7 @@ clips as its corpus (16-bit WAV + reference text), non-streaming and streaming; 
 kept as `results/wyoming_bench_<model>.txt`.
 
     make bench-setup      # .venv-peer with faster-whisper and wyoming-faster-whisper
-    .venv/bin/python benchmarks/wyoming_latency.py --models tiny.en,base
+    .venv/bin/python -m benchmarks.wyoming_latency --models tiny.en,base
 
 Writes benchmarks/results/wyoming_latency.md.
 """
@@ -40,11 +40,9 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks import common  # noqa: E402
-from benchmarks.api_latency import free_port, launch_server  # noqa: E402
+from benchmarks import common
+from benchmarks.common import REPO
+from benchmarks.server import free_port, launch_server
 
 CLIPS = common.SHORT_CLIPS
 RATE = 16000
