@@ -67,6 +67,9 @@ def parse_args() -> argparse.Namespace:
         help="another service setting for every server (repeatable)",
     )
     p.add_argument("--quick", action="store_true", help="tiny.en, fewer levels")
+    p.add_argument(
+        "--checkout", type=Path, default=REPO, help="run the servers from this source tree"
+    )
     common.add_args(p)
     args = p.parse_args()
     args.settings = dict(item.split("=", 1) for item in args.setting)
@@ -169,6 +172,7 @@ def rest_part(model: str, batching: bool, args: argparse.Namespace) -> dict:
             "STT_BATCH_MAX_ROWS": "16",
             **args.settings,
         },
+        checkout=args.checkout,
     )
     audio = common.EARNINGS.read_bytes()
     try:
@@ -204,7 +208,7 @@ def streams_part(model: str, batching: bool, args: argparse.Namespace) -> list[d
         "STT_WORKERS": str(max(*levels, 8)),
         **args.settings,
     }
-    server = launch_server(model, args.models_dir, env)
+    server = launch_server(model, args.models_dir, env, args.checkout)
     path = live.CLIPS["earnings60"]
     audio = live.load_audio(path)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()

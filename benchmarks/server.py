@@ -43,8 +43,10 @@ def start_server(
     threads: int,
     ep: str,
     extra_env: dict[str, str] | None = None,
+    checkout: Path = REPO,
 ) -> Server:
-    """A uvicorn server on a free port, healthy; extra_env adds STT_* settings."""
+    """A uvicorn server on a free port, healthy; extra_env adds STT_* settings; `checkout` as
+    `launch_server`'s."""
     env = {
         "STT_WORKERS": str(workers),
         "STT_MAX_QUEUE": "64",
@@ -52,7 +54,7 @@ def start_server(
         "STT_EP": ep,
         **(extra_env or {}),
     }
-    return launch_server(model, models_dir, env)
+    return launch_server(model, models_dir, env, checkout)
 
 
 def launch_server(
