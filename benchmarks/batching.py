@@ -195,10 +195,6 @@ def rest_part(model: str, batching: bool, args: argparse.Namespace) -> dict:
 
 
 # ---- streams: N live streams at real-time pace --------------------------------------------------
-async def many_streams(url: str, pcm: bytes, n: int) -> list:
-    return await asyncio.gather(*(live.stream_clip(url, pcm) for _ in range(n)))
-
-
 def streams_part(model: str, batching: bool, args: argparse.Namespace) -> list[dict]:
     levels = [int(n) for n in args.streams.split(",")]
     env = {
@@ -211,14 +207,16 @@ def streams_part(model: str, batching: bool, args: argparse.Namespace) -> list[d
     server = launch_server(model, args.models_dir, env, args.checkout)
     path = live.CLIPS["earnings60"]
     audio = live.load_audio(path)
-    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+    wire = live.soxr_resample(audio, live.SR, live.WIRE_RATE)  # the Realtime protocol's 24 kHz
+    pcm24 = (np.clip(wire, -1, 1) * 32767).astype("<i2").tobytes()
     out = []
     try:
         rest = live.rest_verbose(server.url, path, model)
         ref = live.reference_words(model, audio, rest["segments"])
+        truth = common.clip_reference(path) or ""
         for n in levels:
-            runs = asyncio.run(many_streams(server.url, pcm, n))
-            stats = [live.analyse(run, ref, rest["text"]) for run in runs]
+            runs = asyncio.run(live.stream_many(server.url, pcm24, n))
+            stats = [live.analyse([run], ref, rest["text"], truth) for run in runs]
             medians = [s["median_s"] for s in stats]
             dones = [s["done_after_end_s"] for s in stats]
             row = {
@@ -229,7 +227,7 @@ def streams_part(model: str, batching: bool, args: argparse.Namespace) -> list[d
                 "worst_median_s": max(medians),
                 "worst_done_s": max(dones),
                 "wer": statistics.mean(s["wer_vs_rest"] for s in stats),
-                "errors": sum(s["errors"] for s in stats),
+                "errors": sum(e["type"] == "error" for run in runs for _, e in run.events),
                 "sustained": max(medians) <= SUSTAINED_COMMIT_S and max(dones) <= SUSTAINED_DONE_S,
             }
             out.append(row)
