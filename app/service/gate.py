@@ -18,7 +18,6 @@ The state is written by the loader thread and the shutdown, read from any thread
 from __future__ import annotations
 
 import threading
-import time
 from typing import Literal
 
 from app.service.errors import Rejected
@@ -32,12 +31,11 @@ class ServerGate:
     def __init__(self) -> None:
         self.state: GateState = "loading"
         self.error: str | None = None  # why loading failed
-        self.since = time.time()  # of the last change
         self._loaded = threading.Event()
 
     def loaded(self, error: str | None = None) -> None:
         """Loading ended: ready, or failed with `error`."""
-        self._set("failed" if error else "ready")
+        self.state = "failed" if error else "ready"
         self.error = error
         self._loaded.set()
 
@@ -45,11 +43,11 @@ class ServerGate:
         """A shutdown signal: draining. False if the server was already draining or stopped."""
         if self.state in ("draining", "stopped"):
             return False
-        self._set("draining")
+        self.state = "draining"
         return True
 
     def stop(self) -> None:
-        self._set("stopped")
+        self.state = "stopped"
 
     def wait_loaded(self, timeout: float | None = None) -> bool:
         """Block until loading ended (ready or failed); True if it did within `timeout`."""
@@ -86,7 +84,3 @@ class ServerGate:
         refusal = self.refusal(work)
         if refusal is not None:
             raise refusal
-
-    def _set(self, state: GateState) -> None:
-        self.state = state
-        self.since = time.time()

@@ -1,8 +1,7 @@
 """One job on the worker pool, seen from the event loop: what every REST route runs.
 
     run = JobRun(pool, lease, work)   # submitted now: QueueFullError / PoolClosedError at once
-    async for event in run.events():  # what `work` posted, in order, until it ended
-        ...
+    event = await run.next()          # what `work` posted, in order; ENDED once it ended
     result = await run.result()       # its result or its error
     run.cancel()                      # dropped if waiting, stopped between steps if running
 
@@ -19,7 +18,7 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 
@@ -76,10 +75,6 @@ class JobRun(Generic[E, R]):
         except asyncio.CancelledError:
             self.cancel()
             raise
-
-    async def events(self) -> AsyncIterator[E]:
-        while not isinstance(event := await self.next(), Ended):
-            yield event
 
     async def result(self) -> R:
         try:

@@ -23,7 +23,9 @@ def test_the_events_arrive_in_order_then_the_result() -> None:
 
     async def scenario() -> tuple[list[int], int, float]:
         run = JobRun(WorkerPool(1, 1), None, work)
-        events = [e async for e in run.events()]
+        events = []
+        while (event := await run.next()) is not ENDED:
+            events.append(event)
         return events, await run.result(), run.queue_wait_s
 
     events, result, waited = asyncio.run(scenario())
