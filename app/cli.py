@@ -26,14 +26,14 @@ from app.export.errors import BuildError
 from app.export.vad import ensure_sequence_graphs
 from app.runtime.contract import ContractError
 from app.runtime.memory import tune_malloc
-from app.runtime.sessions import (
+from app.runtime.placement import (
     ACTIVATION_QUANTIZATION,
     DEVICES,
     EXECUTION_PROVIDERS,
     DeviceError,
     RuntimeOptions,
-    WhisperSessions,
 )
+from app.runtime.sessions import WhisperSessions
 from app.service.diarize.clustering import SpeakerHints
 from app.service.diarize.job import LazyDiarizer, SpeakerJob, transcribe_speakers
 from app.service.errors import Rejected

@@ -42,7 +42,7 @@ from app.export.child import ChildBuildError, obtain_in_child
 from app.export.errors import BuildError
 from app.export.vad import ensure_sequence_graphs
 from app.runtime.memory import release_free_memory, tune_malloc
-from app.runtime.sessions import RuntimeOptions
+from app.runtime.placement import RuntimeOptions
 from app.service.batching.records import BatchingOptions
 from app.service.diarize.job import LazyDiarizer
 from app.service.gate import ServerGate
@@ -199,7 +199,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     services: Services = app.state.services
     models, gate, settings = services.models, services.gate, services.settings
     try:
-        models.check(settings.models)
+        models.catalog.check(settings.models)
     except ModelLoadError as e:
         # Stay up and say why on /health (503): exiting would only make a supervisor restart
         # the server into the same error, again and again.

@@ -80,7 +80,8 @@ def parse_args() -> argparse.Namespace:
 
 # ---- rows: decoder tokens/s against rows per call -----------------------------------------------
 def rows_part(model: str, args: argparse.Namespace) -> list[dict]:
-    from app.runtime.sessions import RuntimeOptions, WhisperSessions
+    from app.runtime.placement import RuntimeOptions
+    from app.runtime.sessions import WhisperSessions
     from app.service.batching.cross_slab import CrossSlab
 
     sessions = WhisperSessions.load(

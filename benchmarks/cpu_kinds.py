@@ -49,15 +49,16 @@ def child(args: argparse.Namespace) -> None:
     import numpy as np
     import onnx
 
-    from app.runtime import graphs, sessions
+    from app.runtime import graphs, placement
     from app.runtime.cpu_kind import this_cpu
-    from app.runtime.sessions import RuntimeOptions, WhisperSessions
+    from app.runtime.placement import RuntimeOptions
+    from app.runtime.sessions import WhisperSessions
     from tests.engine.test_int8_layers_per_cpu_kind import ROWS, int8_layers
 
     model, way = args.child
     kind = this_cpu()
     chosen = graphs.FLOAT_INT8_INPUTS if way == "float" else {}
-    sessions.int8_input_properties = lambda kind=None: dict(chosen)  # the way asked for
+    placement.int8_input_properties = lambda kind=None: dict(chosen)  # the way asked for
     folder = MODELS_DIR / model
     worst, rng = 0.0, np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,7 +66,7 @@ def child(args: argparse.Namespace) -> None:
             for i, layer in enumerate(int8_layers(folder / f"{stage}.onnx")):
                 path = Path(tmp) / f"{stage}{i}.onnx"
                 onnx.save(layer.model(), path)
-                graph = sessions.open_graph(path, "openvino", "CPU", 1, inference_precision="f32")
+                graph = placement.open_graph(path, "openvino", "CPU", 1, inference_precision="f32")
                 shape = (ROWS, layer.inputs)
                 x = (rng.integers(-140, 141, shape) + rng.uniform(-0.4, 0.4, shape)) * layer.step
                 (y,) = graph.run([layer.y], {layer.x: x.astype(np.float32)})

@@ -28,7 +28,7 @@ import numpy as np
 
 from app.engine.speakers import load_speaker_models
 from app.engine.vad import SileroVad
-from app.runtime.sessions import RuntimeOptions
+from app.runtime.placement import RuntimeOptions
 from app.service.diarize.activity import Turn
 from app.service.diarize.clustering import SpeakerHints
 from app.service.diarize.job import (

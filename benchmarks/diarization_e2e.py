@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from app.engine.vad import SileroVad
-from app.runtime.sessions import RuntimeOptions
+from app.runtime.placement import RuntimeOptions
 from app.service.diarize.job import SPEAKER_THREADS
 from benchmarks.common import add_args, header, start_load, write
 from benchmarks.diarization import MODELS, end_to_end

@@ -33,7 +33,8 @@ from app.engine.kv_cache import make_cache
 from app.engine.mel import log_mel_spectrogram, pad_or_trim
 from app.engine.tokenizer import Tokenizer
 from app.runtime.contract import N_FRAMES
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.runtime.placement import RuntimeOptions
+from app.runtime.sessions import WhisperSessions
 from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
 from benchmarks import common
 

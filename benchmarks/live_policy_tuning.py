@@ -78,7 +78,8 @@ def main() -> int:
     from app.engine.audio import decode_audio
     from app.engine.tokenizer import Tokenizer
     from app.engine.vad import SileroVad
-    from app.runtime.sessions import RuntimeOptions, WhisperSessions
+    from app.runtime.placement import RuntimeOptions
+    from app.runtime.sessions import WhisperSessions
     from app.service.live import StreamingOptions
     from app.service.live.policy import AlignAtt
     from app.service.transcription.options import TranscriptionOptions

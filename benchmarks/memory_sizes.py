@@ -70,7 +70,8 @@ def ours_worker(folder: Path, threads: int) -> dict:
     import numpy as np
 
     from app.runtime.memory import tune_malloc
-    from app.runtime.sessions import RuntimeOptions, WhisperSessions
+    from app.runtime.placement import RuntimeOptions
+    from app.runtime.sessions import WhisperSessions
 
     tune_malloc()
     marks: dict[str, dict] = {"start": memory()}

@@ -20,7 +20,8 @@ from pathlib import Path
 from app.engine.audio import decode_audio
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.runtime.placement import RuntimeOptions
+from app.runtime.sessions import WhisperSessions
 from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
 from benchmarks.worker_protocol import rss, serve
 

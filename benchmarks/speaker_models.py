@@ -24,7 +24,7 @@ from collections.abc import Callable
 from app.engine.audio import decode_audio
 from app.engine.speakers import load_speaker_models
 from app.runtime.contract import SAMPLE_RATE
-from app.runtime.sessions import RuntimeOptions
+from app.runtime.placement import RuntimeOptions
 from benchmarks import common
 from benchmarks.common import REPO
 

@@ -56,7 +56,7 @@ async def read_upload(file: UploadFile, limit_bytes: int) -> bytes:
 async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
     """Await `awaitable`; if the client disconnects first, cancel it and raise `Disconnected`.
 
-    Cancelling `pool.run(...)` drops a waiting job or sets the running job's cancel event.
+    Cancelling a `JobRun`'s `result()` drops a waiting job or sets the running job's cancel event.
     """
     task = asyncio.ensure_future(awaitable)
     watcher = asyncio.ensure_future(wait_for_disconnect(request))

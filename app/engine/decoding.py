@@ -47,13 +47,9 @@ from app.engine.decoding_types import (
 from app.engine.kv_cache import KVCache, make_cache
 from app.engine.language_detection import detect_language
 from app.engine.logit_filters import (
-    ApplyTimestampRules,
-    LogitFilter,
     RepetitionGuard,
-    SuppressAtStart,
-    SuppressBlank,
-    SuppressTokens,
     log_softmax,
+    window_filters,
 )
 from app.engine.search import (
     BeamSearchDecoder,
@@ -63,7 +59,6 @@ from app.engine.search import (
     TokenDecoder,
     common_prefix_length,
 )
-from app.runtime.contract import TIME_PRECISION
 from app.runtime.steps import Steps
 
 if TYPE_CHECKING:
@@ -152,7 +147,15 @@ class DecodingTask:
         self.sot_index = self.initial_tokens.index(tokenizer.sot)
         if self.sample_begin >= self.n_ctx:
             raise ValueError("the prompt and prefix leave no room to decode")
-        self.logit_filters = self._logit_filters()
+        self.logit_filters = window_filters(
+            tokenizer,
+            options,
+            n_vocab=self.n_vocab,
+            sample_begin=self.sample_begin,
+            grammar_begin=self.grammar_begin,
+            prefix=tuple(forced),
+            guard=self._guard() if options.repetition_guard else None,
+        )
         self.ranker = MaximumLikelihoodRanker(options.length_penalty)
         if rng is None:
             rng = np.random.default_rng(options.seed)
@@ -179,46 +182,6 @@ class DecodingTask:
             prompt = self._encode_text(self.options.prompt)
             tokens = [self.tokenizer.sot_prev, *prompt[-(self.n_ctx // 2 - 1) :], *tokens]
         return tuple(tokens)
-
-    def _suppress_tokens(self) -> list[int]:
-        tok = self.tokenizer
-        suppress = list(self.options.suppress_tokens or ())  # type: ignore[arg-type]
-        if -1 in suppress:
-            suppress = [t for t in suppress if t >= 0]
-            suppress.extend(tok.non_speech_tokens)
-        suppress = [t for t in suppress if 0 <= t < self.n_vocab]
-        # never sample task / start / previous-text / no-speech tokens
-        suppress.extend([tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm])
-        suppress.append(tok.no_speech)
-        return sorted(set(suppress))
-
-    def _logit_filters(self) -> list[LogitFilter]:
-        tok, opts = self.tokenizer, self.options
-        filters: list[LogitFilter] = []
-        if opts.suppress_blank:
-            filters.append(SuppressBlank(tok.encode(" "), tok.eot, self.sample_begin))
-        if opts.suppress_tokens:
-            filters.append(SuppressTokens(self._suppress_tokens()))
-        forced = self._prefix_tokens
-        if self.grammar_begin < self.sample_begin and forced[-1] < tok.eot:
-            # a timed prefix ending in text (a live stream's committed words): they stay whole
-            filters.append(SuppressAtStart(tok.word_continuations, self.sample_begin))
-        if not opts.without_timestamps:
-            max_index = None
-            if opts.max_initial_timestamp is not None:
-                max_index = round(opts.max_initial_timestamp / TIME_PRECISION)
-            filters.append(
-                ApplyTimestampRules(
-                    eot=tok.eot,
-                    no_timestamps=tok.no_timestamps,
-                    timestamp_begin=tok.timestamp_begin,
-                    sample_begin=self.grammar_begin,
-                    max_initial_timestamp_index=max_index,
-                )
-            )
-        if opts.repetition_guard:
-            filters.append(self._guard())
-        return filters
 
     def _guard(self) -> RepetitionGuard:
         tok = self.tokenizer

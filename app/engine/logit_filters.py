@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from app.runtime.contract import TIME_PRECISION
+
+if TYPE_CHECKING:
+    from app.engine.decoding_types import DecodingOptions
+    from app.engine.tokenizer import Tokenizer
 
 NEG_INF = -np.inf
 
@@ -220,3 +227,54 @@ def find_loop(
         if span <= n and np.array_equal(seq[n - span + period :], seq[n - span : n - period]):
             return period, need
     return None
+
+
+def window_filters(
+    tok: Tokenizer,
+    opts: DecodingOptions,
+    *,
+    n_vocab: int,
+    sample_begin: int,
+    grammar_begin: int,
+    prefix: tuple[int, ...],
+    guard: RepetitionGuard | None,
+) -> list[LogitFilter]:
+    """The filters one window's decode applies, in order: blank and suppressed tokens, whole
+    words after a timed prefix that ends in text (`grammar_begin < sample_begin`: a live stream's
+    committed words), the timestamp grammar, the repetition guard."""
+    filters: list[LogitFilter] = []
+    if opts.suppress_blank:
+        filters.append(SuppressBlank(tok.encode(" "), tok.eot, sample_begin))
+    if opts.suppress_tokens:
+        filters.append(SuppressTokens(_suppressed(tok, opts, n_vocab)))
+    if grammar_begin < sample_begin and prefix[-1] < tok.eot:
+        filters.append(SuppressAtStart(tok.word_continuations, sample_begin))
+    if not opts.without_timestamps:
+        max_index = None
+        if opts.max_initial_timestamp is not None:
+            max_index = round(opts.max_initial_timestamp / TIME_PRECISION)
+        filters.append(
+            ApplyTimestampRules(
+                eot=tok.eot,
+                no_timestamps=tok.no_timestamps,
+                timestamp_begin=tok.timestamp_begin,
+                sample_begin=grammar_begin,
+                max_initial_timestamp_index=max_index,
+            )
+        )
+    if guard is not None:
+        filters.append(guard)
+    return filters
+
+
+def _suppressed(tok: Tokenizer, opts: DecodingOptions, n_vocab: int) -> list[int]:
+    """The option's suppressed tokens (-1: the non-speech ones), and never task / start /
+    previous-text / no-speech tokens."""
+    suppress = list(opts.suppress_tokens or ())  # type: ignore[arg-type]
+    if -1 in suppress:
+        suppress = [t for t in suppress if t >= 0]
+        suppress.extend(tok.non_speech_tokens)
+    suppress = [t for t in suppress if 0 <= t < n_vocab]
+    suppress.extend([tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm])
+    suppress.append(tok.no_speech)
+    return sorted(set(suppress))

@@ -25,7 +25,7 @@ from app.export.graph_builder import RANGE_OUTPUT
 from app.runtime import contract
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, Manifest
 from app.runtime.graphs import OpenVINOGraph
-from app.runtime.sessions import int8_input_properties
+from app.runtime.placement import int8_input_properties
 
 CALIBRATION_AUDIO = Path(__file__).with_name("calibration")
 # f32, the int8-input layers exact on this CPU (in float where it has no int8 dot products)

@@ -5,8 +5,9 @@
     result = await run.result()       # its result or its error
     run.cancel()                      # dropped if waiting, stopped between steps if running
 
-`work(post, cancel)` runs on a worker thread: `post(event)` hands an event to the loop (the one
-bridge from the pool's threads to the event loop), `cancel` is set when the run is cancelled.
+`work(post, cancel)` runs on a worker thread: `post(event)` hands an event to the loop
+(`to_loop`, the one bridge from worker threads to the event loop), `cancel` is set when the run
+is cancelled.
 The model lease goes back when the job is over (or dropped), not when the caller returns.
 Awaiting `result()` or `next()` in a task that is cancelled cancels the job.
 """
@@ -45,7 +46,7 @@ class JobRun(Generic[E, R]):
         submitted = time.perf_counter()
         # the future's callbacks hold the loop and the queue, never this run: a cycle through the
         # future would keep the job's lease, and so its model, alive until a gc pass
-        post = functools.partial(_post, asyncio.get_running_loop(), self._events)
+        post = to_loop(self._events.put_nowait)
 
         def run() -> R:
             self.queue_wait_s = time.perf_counter() - submitted
@@ -84,7 +85,12 @@ class JobRun(Generic[E, R]):
             raise
 
 
-def _post(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, event: object) -> None:
-    """Hand `event` from a worker thread to the loop's queue."""
+def to_loop(callback: Callable[[E], object]) -> Callable[[E], None]:
+    """`callback` for other threads: called with their argument on the running event loop (call
+    this on the loop), in order; dropped once the loop has closed (shutdown)."""
+    return functools.partial(_call_on, asyncio.get_running_loop(), callback)
+
+
+def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable, arg: object) -> None:
     with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
-        loop.call_soon_threadsafe(queue.put_nowait, event)
+        loop.call_soon_threadsafe(callback, arg)

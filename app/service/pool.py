@@ -117,21 +117,6 @@ class WorkerPool:
         future.add_done_callback(self._finished)
         return future
 
-    async def run(self, fn: Callable[[], T], cancel: threading.Event | None = None) -> T:
-        """Submit `fn` and await it without blocking the loop.
-
-        If the awaiting task is cancelled (client gone), a waiting job is dropped and a running
-        one is told to stop through `cancel`.
-        """
-        future = self.submit(fn)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            if cancel is not None:
-                cancel.set()
-            future.cancel()
-            raise
-
     async def room(self) -> None:
         """Return once a job could be accepted: at once if the pool has room, else when a job
         finishes (another caller may still take the slot first: `submit` decides). Checked

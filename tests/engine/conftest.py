@@ -18,7 +18,8 @@ from app.engine.mel import log_mel_spectrogram, pad_or_trim
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.runtime.placement import RuntimeOptions
+from app.runtime.sessions import WhisperSessions
 from app.service.transcription.transcriber import Transcriber
 from tests.conftest import (
     AUDIO,

@@ -2,7 +2,7 @@
 `STT_ACTIVATION_QUANTIZATION=on`: what it gives and what the default must not lose.
 
 Off by default on every CPU kind (`auto`): with today's files it changes words on the kinds that
-compute f32 with int8 dot products (`app.runtime.sessions._activation_groups`). Asked for, it
+compute f32 with int8 dot products (`app.runtime.placement._activation_groups`). Asked for, it
 must not make a transcript depend on the load: a row's logits alone and packed with others' are
 the same (the batching scheduler packs rows by load). OpenVINO applies it only where the CPU has
 int8 dot products and computes f32.
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from app.runtime.cpu_kind import this_cpu
-from app.runtime.sessions import RuntimeOptions, WhisperSessions, openvino_properties
+from app.runtime.placement import RuntimeOptions, openvino_properties
+from app.runtime.sessions import WhisperSessions
 from app.service.transcription.options import TranscriptionOptions
 from app.service.transcription.transcriber import Transcriber
 from tests.conftest import model_dir

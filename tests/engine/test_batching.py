@@ -182,7 +182,9 @@ def test_cancelled_request_frees_its_row(tiny_tok, batched, alone: Alone) -> Non
     later = [r for r in batched.records[cancelled_at + 1 :] if r.kind == "decode"]
     assert later and all(r.calls == 1 for r in later), "the cancelled row left the batch"
     gc.collect()
-    assert batched._slab is not None and batched._slab.used == 0, "every window slot is free"
+    assert batched._encoder.slab is not None and batched._encoder.slab.used == 0, (
+        "every window slot is free"
+    )
 
 
 def test_windows_live_in_slab_slots(tiny_fp16, batched) -> None:
@@ -192,7 +194,7 @@ def test_windows_live_in_slab_slots(tiny_fp16, batched) -> None:
     second = batched.encode(features)
     assert isinstance(first, CrossKV) and isinstance(second, CrossKV)
     assert (first.slot, second.slot) == (0, 1)
-    assert np.shares_memory(first[0], batched._slab.arrays[0])
+    assert np.shares_memory(first[0], batched._encoder.slab.arrays[0])
     reference = tiny_fp16.encode(features)
     np.testing.assert_allclose(first[0], reference[0], atol=1e-5)
     del first
@@ -211,14 +213,14 @@ def test_windows_are_encoded_straight_into_free_slots(tiny_fp16, batched) -> Non
     del second  # slot 1 frees: the next two windows go to slots 1 and 3
     gc.collect()
     calls = [EncodeCall(0, 1, features=f) for f in (earnings, jfk)]
-    batched._encode(calls)  # one encoder call for both (as the encoder lane batches them)
+    batched._encoder._encode(calls)  # one encoder call for both (as the encoder lane batches them)
     apart = [call.outcome() for call in calls]
     held = [(jfk, first), (jfk, third), (earnings, apart[0]), (jfk, apart[1])]
     assert sorted(h.slot for _, h in held) == [0, 1, 2, 3]
     for features, window in held:
         assert isinstance(window, CrossKV)
         for layer, (got, want) in enumerate(zip(window, expected[id(features)], strict=True)):
-            assert np.shares_memory(got, batched._slab.arrays[layer])
+            assert np.shares_memory(got, batched._encoder.slab.arrays[layer])
             np.testing.assert_allclose(got, want, atol=1e-4)
 
 

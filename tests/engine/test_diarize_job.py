@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from app.runtime.sessions import RuntimeOptions
+from app.runtime.placement import RuntimeOptions
 from app.service.diarize.attribution import SpeakerSegment
 from app.service.diarize.job import LazyDiarizer, SpeakerJob, transcribe_speakers
 from app.service.diarize.pipeline import Diarizer

@@ -12,7 +12,8 @@ import pytest
 from app.engine.mel import log_mel_spectrogram, pad_or_trim
 from app.runtime.contract import N_SAMPLES_PER_WINDOW
 from app.runtime.mapped_weights import read_only_mappings, resident_bytes
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.runtime.placement import RuntimeOptions
+from app.runtime.sessions import WhisperSessions
 from tests.conftest import model_dir
 from tests.engine.conftest import JFK, clip
 

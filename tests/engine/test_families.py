@@ -28,7 +28,8 @@ from app.engine.languages import LANGUAGES
 from app.export.manifest import default_alignment_heads
 from app.export.sources import resolve_local_folder
 from app.runtime.contract import Manifest
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.runtime.placement import RuntimeOptions
+from app.runtime.sessions import WhisperSessions
 from tests.checkpoints import FAMILIES, LANGUAGE_COUNT, CheckpointStore, Family, checkpoint_store
 from tests.oracle import (
     TORCH_THREADS,

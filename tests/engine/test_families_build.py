@@ -27,7 +27,8 @@ from app.export.build import build_model
 from app.export.errors import BuildError
 from app.export.sources import resolve_local_folder, sha256_of
 from app.runtime.contract import ContractError, Manifest, missing_files
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.runtime.placement import RuntimeOptions
+from app.runtime.sessions import WhisperSessions
 from app.service.transcription.options import TranscriptionOptions
 from app.service.transcription.transcriber import Transcriber
 from tests.checkpoints import (

@@ -26,7 +26,8 @@ import pytest
 from app.export.build import build_model
 from app.runtime.contract import Manifest
 from app.runtime.graphs import OPENVINO, ORT_CPU
-from app.runtime.sessions import RuntimeOptions, WhisperSessions, open_graph
+from app.runtime.placement import RuntimeOptions, open_graph
+from app.runtime.sessions import WhisperSessions
 from tests.conftest import AUDIO, model_dir
 from tests.oracle import (
     WEIGHTS_CACHE,

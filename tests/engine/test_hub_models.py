@@ -18,7 +18,8 @@ from app.engine.tokenizer import Tokenizer
 from app.export.names import folder_name
 from app.export.obtain import built
 from app.runtime.contract import Manifest
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.runtime.placement import RuntimeOptions
+from app.runtime.sessions import WhisperSessions
 from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
 from tests.engine.conftest import JFK, SPANISH, clip
 from tests.hub_repos import (

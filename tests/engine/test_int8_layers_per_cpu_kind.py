@@ -20,7 +20,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from app.runtime.cpu_kind import this_cpu
-from app.runtime.sessions import open_graph
+from app.runtime.placement import open_graph
 from tests.conftest import model_dir
 
 pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind

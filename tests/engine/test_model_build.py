@@ -19,7 +19,8 @@ from app.export.sources import catalog, fetch_catalog_model
 from app.runtime import contract
 from app.runtime.contract import ContractError, Manifest
 from app.runtime.graphs import OPENVINO, ORT_CPU
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.runtime.placement import RuntimeOptions
+from app.runtime.sessions import WhisperSessions
 from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
 from tests.conftest import REPO, WEIGHTS_CACHE
 from tests.engine.conftest import JFK, clip

@@ -12,13 +12,8 @@ import pytest
 from app.runtime import contract, graphs
 from app.runtime.cpu_kind import kind_of
 from app.runtime.graphs import BF16, OpenVINOGraph
-from app.runtime.sessions import (
-    DeviceError,
-    RuntimeOptions,
-    WhisperSessions,
-    open_graph,
-    openvino_properties,
-)
+from app.runtime.placement import DeviceError, RuntimeOptions, open_graph, openvino_properties
+from app.runtime.sessions import WhisperSessions
 from tests.conftest import model_dir
 
 PROPERTIES = openvino_properties("CPU", "f32", threads=2)
@@ -96,7 +91,7 @@ def test_bf16_cross_kv_are_taken_and_given_as_bf16(folder, encoder, cross, cross
 
 def test_sessions_hand_kv_over_in_the_decoders_precision(folder, monkeypatch) -> None:
     bf16_kind = kind_of(frozenset({"avx512f", "avx512_vnni", "avx512_bf16"}), None)
-    monkeypatch.setattr("app.runtime.sessions.this_cpu", lambda: bf16_kind)
+    monkeypatch.setattr("app.runtime.placement.this_cpu", lambda: bf16_kind)
     bf16 = WhisperSessions.load(folder, RuntimeOptions(device="CPU", inference_precision="auto"))
     f32 = WhisperSessions.load(folder, RuntimeOptions(device="CPU", inference_precision="f32"))
     reference = WhisperSessions.load(folder, RuntimeOptions(ep="cpu"))

@@ -52,7 +52,7 @@ from app.export.speakers.build import (
 from app.export.speakers.torch_checkpoint import read_torch_checkpoint
 from app.runtime.contract import SAMPLE_RATE
 from app.runtime.graphs import ORT_CPU
-from app.runtime.sessions import RuntimeOptions, open_graph
+from app.runtime.placement import RuntimeOptions, open_graph
 from app.runtime.speaker_contract import EMBEDDING_FILE, FOLDER, SEGMENTATION_FILE
 from tests.conftest import AUDIO, MODELS_DIR, TESTDATA, WEIGHTS_CACHE, not_built
 from tests.engine import speaker_oracle

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.runtime.cpu_kind import cpu_flags, kind_of
-from app.runtime.sessions import (
+from app.runtime.placement import (
     DeviceError,
     RuntimeOptions,
     arithmetic,

@@ -13,7 +13,7 @@ from app.engine.audio import decode_audio
 from app.engine.speakers import SpeakerModels, load_speaker_models
 from app.engine.speakers.fbank import fbank
 from app.engine.speakers.segmentation import FRAME_STEP_S, FRAMES_PER_WINDOW, WINDOW_SAMPLES
-from app.runtime.sessions import RuntimeOptions
+from app.runtime.placement import RuntimeOptions
 from app.service.diarize.activity import clean_frames
 from app.service.diarize.clustering import SpeakerHints
 from app.service.diarize.job import LazyDiarizer

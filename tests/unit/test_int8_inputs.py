@@ -13,7 +13,7 @@ from app.export.graph_builder import RANGE_OUTPUT, GraphBuilder, WeightFormat
 from app.export.smoothing import smoothing_factors
 from app.runtime.cpu_kind import this_cpu
 from app.runtime.graphs import openvino_core
-from app.runtime.sessions import open_graph, openvino_properties
+from app.runtime.placement import open_graph, openvino_properties
 
 pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
 

@@ -11,7 +11,7 @@ import pytest
 from app.export import graph_builder
 from app.export.graph_builder import GraphBuilder, WeightFormat, quantize_int8
 from app.runtime.graphs import OPENVINO, ORT_CPU
-from app.runtime.sessions import open_graph
+from app.runtime.placement import open_graph
 
 
 def test_round_trip_error_is_at_most_half_a_step_per_group() -> None:

@@ -77,44 +77,6 @@ def test_job_errors_propagate_and_free_the_slot() -> None:
         pool.shutdown()
 
 
-def test_cancelling_the_awaiter_drops_queued_and_signals_running() -> None:
-    pool = WorkerPool(workers=1, max_queue=1)
-    running_cancel, queued_cancel = threading.Event(), threading.Event()
-    started = threading.Event()
-    ran_queued = threading.Event()
-
-    def running() -> str:
-        started.set()
-        assert running_cancel.wait(10)  # stops only when told to
-        return "stopped"
-
-    def queued() -> None:
-        ran_queued.set()
-
-    async def scenario() -> None:
-        t1 = asyncio.ensure_future(pool.run(running, running_cancel))
-        await asyncio.to_thread(started.wait, 5)
-        t2 = asyncio.ensure_future(pool.run(queued, queued_cancel))
-        await asyncio.sleep(0.05)
-        assert pool.stats().queued == 1
-        t2.cancel()
-        t1.cancel()
-        for task in (t1, t2):
-            with pytest.raises(asyncio.CancelledError):
-                await task
-
-    try:
-        asyncio.run(scenario())
-        assert running_cancel.is_set() and queued_cancel.is_set()
-        deadline = time.monotonic() + 5
-        while (pool.active or pool.queued) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert pool.stats().active == 0 and pool.stats().queued == 0
-        assert not ran_queued.is_set()  # the waiting job never started
-    finally:
-        pool.shutdown()
-
-
 def test_shutdown_refuses_new_jobs() -> None:
     pool = WorkerPool(workers=1, max_queue=0)
     pool.shutdown()
@@ -136,7 +98,7 @@ def test_room_wakes_a_waiter_when_a_job_finishes() -> None:
         pool = WorkerPool(workers=1, max_queue=0)
         gate = threading.Event()
         try:
-            first = asyncio.ensure_future(pool.run(blocker(gate)))
+            first = asyncio.ensure_future(asyncio.wrap_future(pool.submit(blocker(gate))))
             await asyncio.sleep(0)
             with pytest.raises(QueueFullError):
                 pool.submit(lambda: "second")
@@ -146,7 +108,7 @@ def test_room_wakes_a_waiter_when_a_job_finishes() -> None:
             gate.set()
             await asyncio.wait_for(room, 5)
             await first
-            return await pool.run(lambda: "second")
+            return await asyncio.wrap_future(pool.submit(lambda: "second"))
         finally:
             pool.shutdown()
 
@@ -161,7 +123,7 @@ def test_room_returns_at_once_when_the_refusing_job_finished_before_the_wait() -
         pool = WorkerPool(workers=1, max_queue=0)
         gate = threading.Event()
         try:
-            first = asyncio.ensure_future(pool.run(blocker(gate)))
+            first = asyncio.ensure_future(asyncio.wrap_future(pool.submit(blocker(gate))))
             await asyncio.sleep(0)
             with pytest.raises(QueueFullError):
                 pool.submit(lambda: "second")
@@ -180,8 +142,8 @@ def test_drained_returns_once_running_and_waiting_jobs_are_done() -> None:
         first_gate, second_gate = threading.Event(), threading.Event()
         try:
             await asyncio.wait_for(pool.drained(), 1)  # nothing to wait for
-            first = asyncio.ensure_future(pool.run(blocker(first_gate)))
-            second = asyncio.ensure_future(pool.run(blocker(second_gate)))
+            first = asyncio.ensure_future(asyncio.wrap_future(pool.submit(blocker(first_gate))))
+            second = asyncio.ensure_future(asyncio.wrap_future(pool.submit(blocker(second_gate))))
             await asyncio.sleep(0)
             drained = asyncio.ensure_future(pool.drained())
             first_gate.set()

@@ -18,7 +18,7 @@ from pathlib import Path
 from app.engine.speakers.embedding import SpeakerEmbedding, TooLittleSpeech
 from app.engine.speakers.segmentation import DEFAULT_STEP_S, SpeakerSegmentation, window_starts
 from app.runtime.graphs import openvino_devices
-from app.runtime.sessions import RuntimeOptions, open_graph, resolve_device
+from app.runtime.placement import RuntimeOptions, open_graph, resolve_device
 from app.runtime.speaker_contract import EMBEDDING_FILE, FOLDER, SEGMENTATION_FILE
 
 log = logging.getLogger(__name__)

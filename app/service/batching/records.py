@@ -1,11 +1,16 @@
 """The batching scheduler's data: how it batches (`BatchingOptions`, validated once) and what it
-did (`StepRecord` per model call, `BatchingStats` totals). Used by the scheduler
-(`app.service.batching.scheduler`), the metrics and the benchmarks.
+did (`StepRecord` per model call, `BatchingStats` totals, both kept by a `StepLog`). Used by the
+scheduler (`app.service.batching.scheduler`), the metrics and the benchmarks.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 
 class SchedulerClosedError(RuntimeError):
@@ -70,3 +75,34 @@ class BatchingStats:
     @property
     def mean_rows_per_step(self) -> float:
         return self.decode_rows / self.decode_steps if self.decode_steps else 0.0
+
+
+class StepLog:
+    """What both lanes of a scheduler did: the totals (`stats`) and the observers told of each
+    model call (on the lane's thread; an observer's error is logged, never raised)."""
+
+    def __init__(self) -> None:
+        self.stats = BatchingStats()
+        self._lock = threading.Lock()
+        self._observers: list[Callable[[StepRecord], None]] = []
+
+    def add_observer(self, observer: Callable[[StepRecord], None]) -> None:
+        self._observers.append(observer)
+
+    def log(self, record: StepRecord, served_rows: int = 0) -> None:
+        """One model call; `served_rows`: a decode step's rows without its dummy rows."""
+        with self._lock:
+            stats = self.stats
+            if record.kind == "decode":
+                stats.decode_steps += 1
+                stats.decode_rows += served_rows
+            elif record.kind == "prefill":
+                stats.prefill_calls += 1
+            else:
+                stats.encode_calls += 1
+                stats.encode_windows += record.rows
+        for observer in self._observers:
+            try:
+                observer(record)
+            except Exception:  # a metrics hiccup must not fail a decode
+                log.exception("batching observer failed")

@@ -18,10 +18,11 @@ is a call to the encoder lane. The decoder lane loops, as vLLM's engine does:
 3. `update_from_output()`: each task is sent its outputs and runs its Python part of the step
    (logit filters, search, streaming its tokens) up to its next decoder call, or ends (its
    caller wakes with the result or the error);
-4. encoder: a second thread, the encoder lane, runs up to `max_encode` new 30 s windows per
-   encoder call. When both stages run on the CPU, the two lanes take turns on the cores
-   (`CoreTurns`: at once they slow each other down several-fold), the encoder taking at most
-   `encoder_share` of the time while decodes run; on other devices they run side by side.
+4. encoder: a second thread, the encoder lane (`encoder_lane.py`), runs up to `max_encode`
+   new 30 s windows per encoder call. When both stages run on the CPU, the two lanes take turns
+   on the cores (`CoreTurns`: at once they slow each other down several-fold), the encoder
+   taking at most `encoder_share` of the time while decodes run; on other devices they run
+   side by side.
 
 Cross K/V: windows encoded here live in slots of a slab (`cross_slab.py`); single-row calls
 are grouped by slot, so a group's cross K/V are one contiguous slice of it (a slot whose task is
@@ -47,10 +48,9 @@ import numpy as np
 
 from app.runtime.steps import DecoderInputs, DecoderOutputs, Steps, serve_steps
 from app.service.batching.core_turns import CoreTurns, FreeCores
-from app.service.batching.cross_slab import CrossKV, CrossSlab
+from app.service.batching.encoder_lane import EncoderLane, serve_calls
 from app.service.batching.pack import (
     DecodeCall,
-    EncodeCall,
     InputScratch,
     Layout,
     PendingCall,
@@ -62,8 +62,8 @@ from app.service.batching.pack import (
 )
 from app.service.batching.records import (
     BatchingOptions,
-    BatchingStats,
     SchedulerClosedError,
+    StepLog,
     StepRecord,
 )
 
@@ -107,23 +107,23 @@ class BatchingSessions:
     ) -> None:
         self.inner = sessions
         self.options = options or BatchingOptions()
-        self.stats = BatchingStats()
-        self._observers: list[Callable[[StepRecord], None]] = []
+        self._log = StepLog()
+        self.stats = self._log.stats
         self._cond = threading.Condition()
         self._waiting: list[_Task] = []  # tasks with a decoder call to serve
-        self._encodes: list[EncodeCall] = []
         self._closed = False
-        self._stats_lock = threading.Lock()
-        self._slab: CrossSlab | None = None  # created at the first encode (shapes known then)
         self.turns = (
             CoreTurns(self.options.encoder_share) if _same_cpu(sessions.devices) else FreeCores()
         )
-        self._threads = [
-            threading.Thread(target=self._decoder_lane, name=f"stt-decode-{name}", daemon=True),
-            threading.Thread(target=self._encoder_lane, name=f"stt-encode-{name}", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        opts = self.options
+        slab_rows = opts.max_rows + 2 * opts.max_encode
+        self._encoder = EncoderLane(
+            sessions, opts.max_encode, slab_rows, self.turns, self._log.log, name
+        )
+        self._lane = threading.Thread(
+            target=self._decoder_lane, name=f"stt-decode-{name}", daemon=True
+        )
+        self._lane.start()
 
     # -- the engine's WhisperBackend -------------------------------------------------------------
     @property
@@ -159,13 +159,8 @@ class BatchingSessions:
 
     def encode(self, features: np.ndarray) -> list[np.ndarray]:
         """features f32 [B, n_mels, 3000] -> cross K/V, each [B, H, 1500, Dh] (batched with
-        other callers' windows)."""
-        call = EncodeCall(threading.get_ident(), features.shape[0], features=features)
-        with self._cond:
-            self._check_open()
-            self._encodes.append(call)
-            self._cond.notify_all()
-        return call.outcome()  # type: ignore[return-value]
+        other callers' windows on the encoder lane)."""
+        return self._encoder.encode(features)
 
     def decode(
         self,
@@ -186,7 +181,7 @@ class BatchingSessions:
         it with every other task; wait for its result (or raise its error). Asked from the
         decoder lane itself (a task's step that needs a decode of its own), it is served there
         and then, unbatched: waiting for the lane would wait forever."""
-        if threading.current_thread() is self._threads[0]:
+        if threading.current_thread() is self._lane:
             return serve_steps(steps, self.inner.decode)
         try:
             inputs = next(steps)
@@ -218,15 +213,15 @@ class BatchingSessions:
     # -- observers and lifetime ----------------------------------------------------------------
     def add_observer(self, observer: Callable[[StepRecord], None]) -> None:
         """`observer(record)` is called on a scheduler thread after every model call."""
-        self._observers.append(observer)
+        self._log.add_observer(observer)
 
     def close(self, timeout: float = 10.0) -> None:
         """Serve what is pending, then stop the scheduler threads; later calls raise."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        for thread in self._threads:
-            thread.join(timeout)
+        self._lane.join(timeout)
+        self._encoder.close(timeout)
 
     # -- internals ---------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -247,7 +242,7 @@ class BatchingSessions:
                     return  # closed and drained
                 tasks, self._waiting = self._waiting, []
             with self.turns.decoder():
-                self._run(
+                serve_calls(
                     lambda calls: self._serve(calls, stacked, scratch), [t.call for t in tasks]
                 )
             self._update_from_output(tasks)
@@ -274,48 +269,26 @@ class BatchingSessions:
             with self._cond:
                 self._waiting.extend(going)
 
-    def _encoder_lane(self) -> None:
-        while True:
-            with self._cond:
-                while not self._encodes and not self._closed:
-                    self._cond.wait()
-                if not self._encodes:
-                    return
-                batch = self._encodes[: self.options.max_encode]
-                del self._encodes[: self.options.max_encode]
-            with self.turns.encoder():
-                self._run(self._encode, batch)
-            del batch
-
-    def _run(self, serve: Callable[[list], None], calls: list) -> None:
-        """serve(calls); if it fails, every call still waiting gets the error (never a hang)."""
-        try:
-            serve(calls)
-        except BaseException as e:
-            log.exception("batching scheduler failed")
-            for call in calls:
-                if not call.done.is_set():
-                    call.finish(error=e)
-
     def _serve(self, calls: list[DecodeCall], stacked: dict, scratch: InputScratch) -> None:
         """One decoder-lane iteration: calls with the same number of new tokens T and the same
         `logits_at` are batched (T = 1: the steps; T > 1: prompts' prefills), each such
         shape on its own.
         stacked: this lane's stacked cross K/V, by group membership; scratch: its input arrays."""
         opts = self.options
-        if self._slab is not None:
-            self._slab.compact()
+        slab = self._encoder.slab
+        if slab is not None:
+            slab.compact()
         live_keys: set[tuple] = set()
         for shape in sorted({c.inputs.shape_key for c in calls}, key=repr):
             same_t = [c for c in calls if c.inputs.shape_key == shape]
             new_tokens = shape[0]
             slotted, others = [], []
             for call in same_t:
-                in_slot = call.rows == 1 and self._in_slab(call.cross)
+                in_slot = call.rows == 1 and self._encoder.holds(call.cross)
                 (slotted if in_slot else others).append(call)
             for lo, layout in pack_by_slot(slotted, opts.max_rows, opts.max_padding):
-                assert self._slab is not None
-                self._decode_group(layout, self._slab.view(lo, lo + layout.rows), scratch)
+                assert slab is not None
+                self._decode_group(layout, slab.view(lo, lo + layout.rows), scratch)
             for layout in pack_groups(others, opts.max_rows, opts.max_padding):
                 if len(layout.calls) == 1:
                     self._decode_alone(layout.calls[0])
@@ -329,16 +302,6 @@ class BatchingSessions:
                 del stacked[key]
         scratch.drop_unused()
 
-    def _in_slab(self, cross: list[np.ndarray]) -> bool:
-        return isinstance(cross, CrossKV) and cross.slab is self._slab
-
-    def _record(self, record: StepRecord) -> None:
-        for observer in self._observers:
-            try:
-                observer(record)
-            except Exception:  # a metrics hiccup must not fail a decode
-                log.exception("batching observer failed")
-
     def _decode_alone(self, call: DecodeCall) -> None:
         started = time.perf_counter()
         try:
@@ -348,8 +311,7 @@ class BatchingSessions:
             return
         call.finish(result)
         waited, seconds = started - call.arrived, time.perf_counter() - started
-        self._count(call.new_tokens, call.rows)
-        self._record(StepRecord(call.kind, call.rows, 1, 0.0, waited, seconds))
+        self._log.log(StepRecord(call.kind, call.rows, 1, 0.0, waited, seconds), call.rows)
 
     def _decode_group(self, layout: Layout, cross: list[np.ndarray], scratch: InputScratch) -> None:
         """One decoder call for the calls of `layout` (all with the same T and `logits_at`);
@@ -359,7 +321,6 @@ class BatchingSessions:
             return
         started = time.perf_counter()
         rows = layout.rows
-        new_tokens = layout.calls[0].new_tokens
         try:
             input_ids, position_ids, mask, past = assemble(layout, scratch)
             logits_at = layout.calls[0].inputs.logits_at
@@ -372,63 +333,11 @@ class BatchingSessions:
         for call, offset in zip(layout.calls, layout.offsets, strict=True):
             end = offset + call.rows
             call.finish((logits[offset:end], [n[offset:end] for n in new]))
-        self._count(new_tokens, sum(c.rows for c in layout.calls))
         waited = started - min(c.arrived for c in layout.calls)
         seconds = time.perf_counter() - started
         kind = layout.calls[0].kind
         record = StepRecord(kind, rows, len(layout.calls), padding(layout), waited, seconds)
-        self._record(record)
-
-    def _count(self, new_tokens: int, rows: int) -> None:
-        with self._stats_lock:
-            if new_tokens == 1:
-                self.stats.decode_steps += 1
-                self.stats.decode_rows += rows
-            else:
-                self.stats.prefill_calls += 1
-
-    def _encode(self, calls: list[EncodeCall]) -> None:
-        started = time.perf_counter()
-        try:
-            slab, single = self._slab, all(c.rows == 1 for c in calls)
-            windows = [c.features for c in calls]
-            held = slab.write(windows, self.inner.encode_into) if slab and single else None
-            if held is None:  # the first window sizes the slab; no slot free; several rows
-                cross = self.inner.encode(
-                    np.concatenate(windows) if len(windows) > 1 else windows[0]
-                )
-                starts = np.cumsum([0] + [c.rows for c in calls])[:-1]
-                held = [
-                    self._hold(cross, int(at), c.rows) for at, c in zip(starts, calls, strict=True)
-                ]
-        except Exception as e:
-            if len(calls) == 1:
-                calls[0].finish(error=e)
-                return
-            log.exception("batched encoder call failed; encoding its windows one by one")
-            for call in calls:
-                self._encode([call])
-            return
-        for call, cross_kv in zip(calls, held, strict=True):
-            call.finish(cross_kv)
-        windows = sum(c.rows for c in calls)
-        with self._stats_lock:
-            self.stats.encode_calls += 1
-            self.stats.encode_windows += windows
-        waited = started - min(c.arrived for c in calls)
-        seconds = time.perf_counter() - started
-        self._record(StepRecord("encode", windows, len(calls), 0.0, waited, seconds))
-
-    def _hold(self, cross: list[np.ndarray], offset: int, rows: int) -> list[np.ndarray]:
-        """A caller's rows of encoder outputs: a slab slot for a single window when one is free,
-        else plain views of the outputs."""
-        if rows == 1:
-            if self._slab is None:
-                self._slab = CrossSlab(cross, self.options.max_rows + 2 * self.options.max_encode)
-            held = self._slab.store(cross, offset)
-            if held is not None:
-                return held
-        return [c[offset : offset + rows] for c in cross]
+        self._log.log(record, sum(c.rows for c in layout.calls))
 
 
 def _one_call(inputs: DecoderInputs) -> Steps[DecoderOutputs]:

@@ -22,7 +22,7 @@ import numpy as np
 from app.engine.audio import AudioDecodeError, decode_audio
 from app.engine.speakers import SpeakerModelsMissing, TooLittleSpeech, load_speaker_models
 from app.runtime.contract import SAMPLE_RATE
-from app.runtime.sessions import DeviceError, RuntimeOptions
+from app.runtime.placement import DeviceError, RuntimeOptions
 from app.service.diarize.activity import Turn
 from app.service.diarize.attribution import (
     FIRST,

@@ -9,10 +9,11 @@
                          -> decode() on the shared worker pool while a pass is due
     close():     flush (the resampler drained too), then wait until the session is idle
 
-The session's events are handed to `on_event` on the event loop, in order. A pass the pool has
-no room for waits until a job finishes and is tried again (the audio waits in the inbox and the
-next pass covers it); a closed pool (server shutdown) ends the session with `PoolClosedError`. The
-limits (`LiveLimits`) are checked as audio arrives (`Rejected`, kind "limit").
+The session's events are handed to `on_event` on the event loop, in order (`to_loop`). A pass
+runs as a `JobRun` on the worker pool; one the pool has no room for waits until a job finishes
+and is tried again (the audio waits in the inbox and the next pass covers it); a closed pool
+(server shutdown) ends the session with `PoolClosedError`. The limits (`LiveLimits`) are
+checked as audio arrives (`Rejected`, kind "limit").
 
 Adapters read `received_s`, `stats()` and `done` (the processing ended: its error, if any, is
 raised by awaiting it) and may await `heard()`; they never reach into the session or the task.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +31,7 @@ import numpy as np
 
 from app.engine.vad import SileroVad
 from app.service.errors import Rejected
+from app.service.job_run import JobRun, to_loop
 from app.service.live.events import StreamEvent, StreamStats
 from app.service.live.options import StreamingOptions
 from app.service.live.pcm import PcmInput
@@ -69,13 +70,10 @@ class LiveRunner:
         admission between passes. On 2 cores that third thread slows the pass: the Realtime
         protocol's median commit latency rose 0.05-0.14 s with it (stream_latency, tiny.en and
         base); only what must hear a pause at once (a Wyoming utterance) asks for it."""
-        self._loop = asyncio.get_running_loop()
-        self._on_event = on_event
-        self._session = StreamingSession(transcriber, options, vad, self._post)
+        self._session = StreamingSession(transcriber, options, vad, to_loop(on_event))
         self._pcm = pcm
         self._pool = pool
         self._limits = limits
-        self._cancel = threading.Event()
         self._wake = asyncio.Event()
         self._finished = asyncio.Event()
         self._closing = False
@@ -99,11 +97,6 @@ class LiveRunner:
 
     def stats(self) -> StreamStats:
         return self._session.stats()
-
-    def _post(self, event: StreamEvent) -> None:
-        """Called on worker threads: hand the event to the loop."""
-        with contextlib.suppress(RuntimeError):  # loop closed
-            self._loop.call_soon_threadsafe(self._on_event, event)
 
     # ---- input (event loop) -----------------------------------------------------------------
     def append(self, data: bytes) -> None:
@@ -172,8 +165,8 @@ class LiveRunner:
         return self._session.text
 
     async def stop(self) -> None:
-        """Stop at once (the client left, the session failed or is replaced)."""
-        self._cancel.set()
+        """Stop at once (the client left, the session failed or is replaced): a pass that runs
+        stops at its next decoder step (its job run is cancelled with the task)."""
         if self._listener is not None:
             self._listener.cancel()
         self._task.cancel()
@@ -208,7 +201,8 @@ class LiveRunner:
     async def _decode(self) -> None:
         while True:
             try:
-                await self._pool.run(lambda: self._session.decode(self._cancel), self._cancel)
+                run = JobRun(self._pool, None, lambda _post, cancel: self._session.decode(cancel))
+                await run.result()
                 return
             except QueueFullError:
                 await self._pool.room()  # the audio waits in the inbox; retry

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.runtime.contract import SAMPLE_RATE
+from app.service.job_run import JobRun
 from app.service.live.events import VoiceActivity
 from app.service.live.pacing import RealTimeFeed
 from app.service.live.runner import LiveRunner
@@ -149,14 +150,13 @@ class Utterance:
         return pieces[0] if pieces else np.zeros(0, np.float32)
 
     async def _whole(self, audio: np.ndarray) -> TranscriptionResult:
-        """A pass on the worker pool; cancelling the awaiting task stops it (its own event)."""
+        """A pass on the worker pool; cancelling the awaiting task stops it."""
         job, model = self.job, self.model
-        cancel = threading.Event()
 
-        def work() -> TranscriptionResult:
+        def work(_post: object, cancel: threading.Event) -> TranscriptionResult:
             return model.transcribe_samples(audio, job, cancel)
 
-        return await self.pool.run(work, cancel)
+        return await JobRun(self.pool, None, work).result()
 
     def _drop_early(self) -> None:
         early, self._early = self._early, None

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.vad import SileroVad
+from app.service.models.catalog import ModelCatalog
 from app.service.models.leases import Lease
 from app.service.models.loaded import LoadedModel
 from app.service.models.opening import (
     ModelLoadError,
     OpenOptions,
-    list_model_folders,
     load_vad,
     open_model,
 )
@@ -80,12 +80,9 @@ class ModelManager:
         aliases: Mapping[str, str] | None = None,
     ) -> None:
         """aliases: request names meaning another model (OpenAI's names -> the default)."""
-        self.models_dir = models_dir
-        self.default_model = default_model
+        self.catalog = ModelCatalog(models_dir, default_model, names or ModelNames(), aliases or {})
         self.open_options = open_options or OpenOptions()
         self.options = options or ManagerOptions()
-        self.names = names or ModelNames()
-        self.aliases = dict(aliases or {})
         self.vad: SileroVad | None = None
         self._obtain = obtain
         self._lock = threading.Lock()
@@ -102,7 +99,7 @@ class ModelManager:
     def start(self, startup: Sequence[str]) -> None:
         """Load the VAD and the start-up models (blocking), then start the idle sweeper.
         Raises `ModelLoadError` naming the model that failed."""
-        self.vad = load_vad(self.models_dir)
+        self.vad = load_vad(self.catalog.models_dir)
         for name in startup:
             future = self._begin(name, from_cache=True)
             if future is not None:
@@ -114,18 +111,6 @@ class ModelManager:
             )
             self._sweeper.start()
 
-    def check(self, names: Sequence[str]) -> None:
-        """Raise `ModelLoadError` unless every name is built, in the catalog or a repo id."""
-        listing = self._listing()
-        unknown = [n for n in names if not self._known(n, listing)]
-        if unknown:
-            raise ModelLoadError(
-                f"model(s) {', '.join(unknown)} not found in {self.models_dir.resolve()} "
-                f"(complete model folders there: {', '.join(listing) or 'none'}) and not a "
-                f"catalog name, alias or Hugging Face repository id; build one with "
-                f"`make models MODEL=<name>` or change STT_MODELS"
-            )
-
     def close(self) -> None:
         """Stop the sweeper and every model's scheduler."""
         self._stop.set()
@@ -136,9 +121,8 @@ class ModelManager:
 
     # ---- names and states -------------------------------------------------------------------
     def resolve(self, name: str | None) -> str:
-        """The model id a request's name means ("" / None / OpenAI's names = the default)."""
-        key = (name or "").strip() or self.default_model
-        return self.names.canonical(self.aliases.get(key, key))
+        """The model id a request's name means (`ModelCatalog.resolve`)."""
+        return self.catalog.resolve(name)
 
     @property
     def loaded(self) -> list[str]:
@@ -159,7 +143,7 @@ class ModelManager:
     def status(self, name: str) -> ModelStatus:
         """One model's status; `UnknownModelError` if it is neither tracked, built nor known."""
         key = self.resolve(name)
-        listing = self._listing()
+        listing = self.catalog.listing()
         if not self._listed(key, listing):
             raise UnknownModelError(key, self.loaded)
         with self._lock:
@@ -167,9 +151,9 @@ class ModelManager:
 
     def statuses(self) -> list[ModelStatus]:
         """Every model: tracked ones first, then built folders, then the catalog and aliases."""
-        listing = self._listing()
+        listing = self.catalog.listing()
         with self._lock:
-            ids = dict.fromkeys([*self._entries, *listing, *self.names.known])
+            ids = dict.fromkeys([*self._entries, *listing, *self.catalog.names.known])
             return [self._status_locked(i, listing) for i in ids]
 
     # ---- loading and unloading --------------------------------------------------------------
@@ -247,15 +231,11 @@ class ModelManager:
         return names
 
     # ---- internals --------------------------------------------------------------------------
-    def _listing(self) -> dict[str, Path]:
-        """Model id -> folder of every complete model folder."""
-        return {self.names.model_id(f): p for f, p in list_model_folders(self.models_dir).items()}
-
     def _listed(self, key: str, listing: Mapping[str, Path]) -> bool:
-        return key in self._entries or key in listing or key in self.names.known
+        return key in self._entries or self.catalog.listed(key, listing)
 
     def _known(self, key: str, listing: Mapping[str, Path]) -> bool:
-        return self._listed(key, listing) or self.names.fetchable(key)
+        return self._listed(key, listing) or self.catalog.fetchable(key)
 
     def _status_locked(self, key: str, listing: Mapping[str, Path]) -> ModelStatus:
         entry = self._entries.get(key) or _Entry()
@@ -267,12 +247,12 @@ class ModelManager:
         return ModelStatus(
             id=key, state=entry.state, built=folder is not None or info is not None,
             progress=entry.progress, error=entry.error, created=created, leases=entry.leases,
-            description=self.names.known.get(key), info=info,
+            description=self.catalog.names.known.get(key), info=info,
         )  # fmt: skip
 
     def _residents_locked(self) -> list[Resident]:
         return [
-            Resident(n, e.state, e.last_used, e.leases, keep=n == self.default_model)
+            Resident(n, e.state, e.last_used, e.leases, keep=n == self.catalog.default_model)
             for n, e in self._entries.items()
         ]
 
@@ -282,7 +262,7 @@ class ModelManager:
             entry = self._entries.get(key)
             if entry is not None and entry.model is not None and entry.state == "loaded":
                 return self._lease_locked(key, entry), None
-        listing = self._listing()
+        listing = self.catalog.listing()
         with self._lock:
             entry = self._entries.get(key)
             action = request_action(entry and entry.state, key in listing, self.options.autoload)
@@ -310,7 +290,7 @@ class ModelManager:
     def _begin(self, name: str, *, from_cache: bool) -> Future[LoadedModel] | None:
         """Start loading `name` unless it is loaded (None) or on its way (that load)."""
         key = self.resolve(name)
-        listing = self._listing()
+        listing = self.catalog.listing()
         if not self._known(key, listing):
             raise UnknownModelError(
                 key, self.loaded,

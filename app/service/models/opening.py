@@ -14,7 +14,8 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import missing_files
 from app.runtime.memory import release_free_memory
-from app.runtime.sessions import RuntimeOptions, WhisperSessions
+from app.runtime.placement import RuntimeOptions
+from app.runtime.sessions import WhisperSessions
 from app.service.batching.records import BatchingOptions
 from app.service.batching.scheduler import BatchingSessions
 from app.service.models.loaded import LoadedModel
