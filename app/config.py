@@ -6,6 +6,7 @@ List settings (`STT_MODELS`, `STT_CORS_ORIGINS`) are comma-separated.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -105,6 +106,13 @@ class Settings(BaseSettings):
         ge=0,
         description="Transcriptions at the same time; 0 = BATCH_MAX_ROWS if batching, else 1.",
     )
+    worker_threads: int = Field(
+        default=0,
+        ge=0,
+        description="Threads for the requests' host work (decoding uploads, the VAD, the mel); "
+        "with batching a transcription's model work needs no thread of its own. 0 = the CPU "
+        "count (at most WORKERS) if batching, else WORKERS.",
+    )
     batching: bool = Field(
         default=True, description="Decode concurrent requests and streams in one decoder call."
     )
@@ -123,7 +131,7 @@ class Settings(BaseSettings):
         le=1.0,
         description="Batching on one CPU: largest share of time encoder calls take while decoding.",
     )
-    max_queue: int = Field(default=8, ge=0, description="Requests waiting for a worker; then 429.")
+    max_queue: int = Field(default=8, ge=0, description="Requests waiting to start; then 429.")
     max_upload_mb: float = Field(default=25.0, gt=0, description="Largest accepted upload (MiB).")
     max_audio_s: float = Field(
         default=3600.0, gt=0, description="Longest accepted audio (seconds)."
@@ -267,6 +275,15 @@ class Settings(BaseSettings):
         if self.workers:
             return self.workers
         return self.batch_max_rows if self.batching else 1
+
+    @property
+    def thread_count(self) -> int:
+        """WORKER_THREADS, or its automatic value (0): the CPU count with batching (at most
+        the workers), else one per worker."""
+        workers = self.worker_count
+        if self.worker_threads:
+            return min(self.worker_threads, workers)
+        return min(os.cpu_count() or 1, workers) if self.batching else workers
 
     @property
     def resolved_diarization_device(self) -> str:

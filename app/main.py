@@ -313,7 +313,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url=None,
     )
     collector = Metrics()
-    pool = WorkerPool(settings.worker_count, settings.max_queue, on_idle=release_free_memory)
+    pool = WorkerPool(
+        settings.worker_count,
+        settings.max_queue,
+        threads=settings.thread_count,
+        on_idle=release_free_memory,
+    )
     collector.bind_pool(pool)
     manager, gate = build_models(settings), ServerGate()
     limits = LiveLimits(settings.stream_max_session_s, settings.stream_max_buffered_s)

@@ -115,7 +115,7 @@ def score(system: str, item: Conversation, turns: tuple[Turn, ...], words: list,
 def transcript_words(model: LoadedModel, audio: np.ndarray) -> list:
     job = TranscriptionJob(b"", model.base_options, "transcribe")
     job = replace(job, options=replace(job.options, word_timestamps=True))
-    result = model.transcribe_samples(audio, job)
+    result = model.start_samples(audio, job).result()
     return [w for s in result.segments for w in (s.words or ())]
 
 
@@ -134,7 +134,7 @@ def end_to_end(
     loaded = open_model(model, MODELS / model, OpenOptions(runtime=runtime), vad)
     job = TranscriptionJob(clip.read_bytes(), loaded.base_options, "transcribe")
     timed = replace(job, options=replace(job.options, word_timestamps=True))
-    loaded.transcribe(timed)  # word timing's first use is not the speaker models' cost
+    loaded.start(timed).result()  # word timing's first use is not the speaker models' cost
     before = rss_bytes()
     diarizer = LazyDiarizer(MODELS, runtime, threads=speaker_threads).get()  # as the service
     transcribe_speakers(loaded, diarizer, job, SpeakerJob())  # warm
@@ -142,8 +142,8 @@ def end_to_end(
     runs_s: dict[str, list[float]] = {"plain": [], "words": [], "speakers": []}
     for _ in range(runs):
         for kind, run in (
-            ("plain", lambda: loaded.transcribe(job)),
-            ("words", lambda: loaded.transcribe(timed)),
+            ("plain", lambda: loaded.start(job).result()),
+            ("words", lambda: loaded.start(timed).result()),
             ("speakers", lambda: transcribe_speakers(loaded, diarizer, job, SpeakerJob())),
         ):
             started = time.perf_counter()

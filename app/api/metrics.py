@@ -79,7 +79,7 @@ class Metrics:
         )
         self.queue_depth = Gauge("stt_queue_depth", "Jobs waiting for a worker thread", registry=r)
         self.active_jobs = Gauge("stt_active_jobs", "Jobs running on a worker", registry=r)
-        self.workers = Gauge("stt_workers", "Worker threads", registry=r)
+        self.workers = Gauge("stt_workers", "Transcriptions at the same time", registry=r)
         self.queue_limit = Gauge("stt_queue_limit", "Wait-queue capacity", registry=r)
         self.model_info = Gauge(
             "stt_model_info",
@@ -98,7 +98,7 @@ class Metrics:
         self.batch_rows = Histogram(
             "stt_batch_rows",
             "Rows (sequences) per model call of the batching scheduler, by kind "
-            "(decode = one-token step, prefill, encode = windows)",
+            "(decode = one-token step, prefill, encode = windows, align = word timing)",
             ["model", "kind"],
             buckets=ROW_BUCKETS,
             registry=r,

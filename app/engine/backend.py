@@ -1,16 +1,17 @@
 """What the engine needs from a model's runtime: the seam between decoding and execution.
 
-A decode is a resumable task (`app.runtime.steps.Steps`): a generator that yields each decoder
-call it needs and is sent that call's outputs, until it returns its result. The backend serves it
-(`run_steps`): `app.runtime.sessions.WhisperSessions` calls the decoder for each step in the
-caller's thread; the service's batching scheduler
-(`app.service.batching.scheduler.BatchingSessions`) advances every caller's task together, one
-decoder call per step for all of them.
+Model work is a resumable task (`app.runtime.steps.Steps`): a generator that yields each model
+call it needs (encoder, decoder, aligner) and is sent that call's outputs, until it returns its
+result. The backend serves it (`run_steps`, blocking; `start`, a future):
+`app.runtime.sessions.WhisperSessions` makes each call in the caller's thread; the service's
+batching scheduler (`app.service.batching.scheduler.BatchingSessions`) advances every task on its
+lanes, one decoder call per step for all of them, no caller's thread waiting.
 Shapes follow the I/O contract (`app.runtime.contract`).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -59,7 +60,12 @@ class WhisperBackend(Protocol):
         ...
 
     def run_steps(self, steps: Steps[T]) -> T:
-        """Serve every decoder call of a resumable decode; its result."""
+        """Serve every model call of a resumable task; its result (blocking)."""
+        ...
+
+    def start(self, steps: Steps[T]) -> Future[T]:
+        """Serve a resumable task's model calls, here or on the backend's own threads; its
+        future result."""
         ...
 
     def align(

@@ -57,7 +57,7 @@ from app.engine.search import (
     GroupedSampler,
     MaximumLikelihoodRanker,
     TokenDecoder,
-    common_prefix_length,
+    report_stable,
 )
 from app.runtime.steps import Steps
 
@@ -189,12 +189,9 @@ class DecodingTask:
             eot=tok.eot, timestamp_begin=tok.timestamp_begin, sample_begin=self.sample_begin
         )
 
-    def no_speech_prob(self) -> float:
+    def no_speech_steps(self) -> Steps[float]:
         """Probability of `<|nospeech|>` at the sot position (prefills the prefix if needed)."""
-        return self._prefill()[0].no_speech_prob
-
-    def _prefill(self) -> tuple[_Prefill, bool]:
-        return self.sessions.run_steps(self._prefill_steps())
+        return (yield from self._prefill_steps())[0].no_speech_prob
 
     def _prefill_steps(self) -> Steps[tuple[_Prefill, bool]]:
         if self._prefilled is None:
@@ -223,11 +220,24 @@ class DecodingTask:
         on_token: Callable[[int], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> DecodingResult:
-        return self.sessions.run_steps(self._steps((self,), on_token, cancel))[0]
+        return self.sessions.run_steps(self.steps(on_token, cancel))
+
+    def steps(
+        self,
+        on_token: Callable[[int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Steps[DecodingResult]:
+        """This decode as a resumable task (`app.runtime.steps`)."""
+        return (yield from self._steps((self,), on_token, cancel))[0]
 
     def run_together(
         self, others: Sequence[DecodingTask], cancel: threading.Event | None = None
     ) -> list[DecodingResult]:
+        return self.sessions.run_steps(self.together_steps(others, cancel))
+
+    def together_steps(
+        self, others: Sequence[DecodingTask], cancel: threading.Event | None = None
+    ) -> Steps[list[DecodingResult]]:
         """This sampling decode and `others'` (the same window and initial tokens; their own
         temperatures and generators) as the rows of one decode: each task's result is the one
         it gives alone, for the cost of one decode of all their rows (nothing streams)."""
@@ -237,7 +247,7 @@ class DecodingTask:
                 raise ValueError("only sampling decodes (temperature > 0) run together")
             if task.initial_tokens != self.initial_tokens or task.memo is not self.memo:
                 raise ValueError("decodes run together share their initial tokens and memo")
-        return self.sessions.run_steps(self._steps(tasks, None, cancel))
+        return (yield from self._steps(tasks, None, cancel))
 
     def _steps(
         self,
@@ -282,7 +292,7 @@ class DecodingTask:
             tokens, completed = decoder.update(tokens, logits, sum_logprobs)
             steps += 1
             if on_token is not None:
-                reported = self._report(on_token, tokens, decoder, reported)
+                reported = report_stable(on_token, tokens, decoder, reported, tok.eot)
             # a sequence longer than n_ctx can't be fed back: stop there (never past a buffer)
             if completed or steps >= self.sample_len or tokens.shape[1] > self.n_ctx:
                 break
@@ -353,30 +363,6 @@ class DecodingTask:
             looped=bool(opts.repetition_guard and self._guard().is_looping(chosen)),
             stats=stats,
         )
-
-    def _report(
-        self,
-        on_token: Callable[[int], None],
-        tokens: np.ndarray,
-        decoder: TokenDecoder,
-        reported: int,
-    ) -> int:
-        """Send newly stable tokens to on_token; return the new count of reported positions."""
-        eot = self.tokenizer.eot
-        if tokens.shape[0] == 1 and not decoder.pending():
-            row = tokens[0]
-            stable = row.shape[0]
-        else:
-            rows: list[Sequence[int]] = [r for r in tokens.tolist()]
-            rows.extend(decoder.pending())
-            stable = common_prefix_length(rows)
-            row = tokens[0]
-        for pos in range(reported, stable):
-            t = int(row[pos])
-            if t == eot:
-                return pos
-            on_token(t)
-        return max(reported, stable)
 
 
 def decode(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -348,3 +348,29 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
         if any(s[i] != t for s in sequences[1:]):
             return i
     return shortest
+
+
+def report_stable(
+    on_token: Callable[[int], None],
+    tokens: np.ndarray,
+    decoder: TokenDecoder,
+    reported: int,
+    eot: int,
+) -> int:
+    """Send the tokens that became stable (the common prefix of every row and every pending
+    candidate; a greedy row's every token) to `on_token`, up to the first EOT; return the new
+    count of reported positions."""
+    if tokens.shape[0] == 1 and not decoder.pending():
+        row = tokens[0]
+        stable = row.shape[0]
+    else:
+        rows: list[Sequence[int]] = [r for r in tokens.tolist()]
+        rows.extend(decoder.pending())
+        stable = common_prefix_length(rows)
+        row = tokens[0]
+    for pos in range(reported, stable):
+        t = int(row[pos])
+        if t == eot:
+            return pos
+        on_token(t)
+    return max(reported, stable)

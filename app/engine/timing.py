@@ -37,9 +37,9 @@ import numpy as np
 
 from app.engine.words import Word, join_punctuation
 from app.runtime.contract import TIME_PRECISION
+from app.runtime.steps import AlignerInputs, Steps
 
 if TYPE_CHECKING:
-    from app.engine.backend import WhisperBackend
     from app.engine.tokenizer import Tokenizer
 
 MEDIAN_FILTER_WIDTH = 7
@@ -167,7 +167,6 @@ def attention_matrix(weights: np.ndarray, n_frames: int) -> np.ndarray:
 
 
 def align_words(
-    backend: WhisperBackend,
     cross: list[np.ndarray],
     tokenizer: Tokenizer,
     sot_sequence: Sequence[int],
@@ -175,8 +174,9 @@ def align_words(
     text_tokens: Sequence[int],
     n_frames: int,
     pad_to: int | None = None,
-) -> list[Word]:
-    """Words of one window's text tokens (seconds from the window's start).
+) -> Steps[list[Word]]:
+    """Words of one window's text tokens (seconds from the window's start), as a resumable task
+    (`app.runtime.steps`: its one aligner call).
 
     cross: the window's cross K/V, each [1, H, 1500, Dh]; n_frames: encoder frames holding
     audio; pad_to: run the aligner on rows of this fixed length (static-shape devices).
@@ -193,7 +193,7 @@ def align_words(
     # the next token where it is a text token, else any valid index (its log-prob is not read)
     target_ids = np.zeros((1, width), np.int64)
     target_ids[0, : n - 1] = [t if t < eot else 0 for t in ids[1:]]
-    weights, logprobs = backend.align(input_ids, target_ids, cross)
+    weights, logprobs = yield AlignerInputs(input_ids, target_ids, cross)
     return words_of_window(
         tokenizer, language, text_tokens, weights[0, :, :n], logprobs[0, :n], n_frames, len(prefix)
     )

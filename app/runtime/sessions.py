@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
@@ -208,8 +209,17 @@ class WhisperSessions:
         return logits, new
 
     def run_steps(self, steps: Steps[T]) -> T:
-        """A resumable decode served here, one decoder call per step."""
-        return serve_steps(steps, self.decode)
+        """A resumable task served here, in this thread, one call at a time."""
+        return serve_steps(steps, self)
+
+    def start(self, steps: Steps[T]) -> Future[T]:
+        """`run_steps` now, in this thread; its outcome as a finished future."""
+        future: Future[T] = Future()
+        try:
+            future.set_result(serve_steps(steps, self))
+        except Exception as e:
+            future.set_exception(e)
+        return future
 
     def align(
         self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]

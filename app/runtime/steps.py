@@ -1,18 +1,19 @@
-"""A decode as a resumable task: the generator type the engine's decode loop is written as, the
-inputs of one decoder call it yields, and the driver that serves it call by call.
+"""Model work as a resumable task: the generator type the engine's decode loop and the service's
+window pipeline are written as, the model calls it yields (`DecoderInputs`, `EncoderInputs`,
+`AlignerInputs`), and the driver that serves them one by one.
 
-    steps = decode_loop(...)          # Steps[R]: yields DecoderInputs, is sent DecoderOutputs
-    result = serve_steps(steps, sessions.decode)
+    steps = decode_loop(...)          # Steps[R]: yields a call, is sent that call's outputs
+    result = serve_steps(steps, sessions)
 
 A scheduler may instead hold many such tasks and serve their calls together (one decoder call
-for all of them per step): the task does not know which.
+for all of them per step, several windows per encoder call): the task does not know which.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -60,14 +61,54 @@ class DecoderInputs:
         )  # fmt: skip
 
 
-Steps = Generator[DecoderInputs, DecoderOutputs, T]  # a resumable decode returning T
+@dataclass(frozen=True)
+class EncoderInputs:
+    """One encoder call: log-mel windows f32 [B, n_mels, 3000] -> cross K/V, each
+    [B, H, 1500, Dh]."""
+
+    features: np.ndarray
 
 
-def serve_steps(steps: Steps[T], decode: Callable[..., DecoderOutputs]) -> T:
-    """Run a resumable decode to its end in this thread, `decode(*inputs.args())` per call."""
+@dataclass(frozen=True)
+class AlignerInputs:
+    """One aligner call (shapes as `WhisperSessions.align`) -> alignment weights and token
+    log-probs."""
+
+    input_ids: np.ndarray
+    target_ids: np.ndarray
+    cross: list[np.ndarray]
+
+
+Call = DecoderInputs | EncoderInputs | AlignerInputs
+Steps = Generator[Call, Any, T]  # a resumable task returning T
+
+
+class Serves(Protocol):
+    """What serves a task's calls one by one: a model's sessions."""
+
+    def encode(self, features: np.ndarray) -> list[np.ndarray]: ...
+
+    def decode(self, *args: Any) -> DecoderOutputs: ...
+
+    def align(
+        self, input_ids: np.ndarray, target_ids: np.ndarray, cross: list[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def serve(call: Call, model: Serves) -> Any:
+    """One call's outputs, from `model`."""
+    if isinstance(call, DecoderInputs):
+        return model.decode(*call.args())
+    if isinstance(call, EncoderInputs):
+        return model.encode(call.features)
+    return model.align(call.input_ids, call.target_ids, call.cross)
+
+
+def serve_steps(steps: Steps[T], model: Serves) -> T:
+    """Run a task to its end in this thread, each of its calls served by `model`."""
     try:
-        inputs = next(steps)
+        call = next(steps)
         while True:
-            inputs = steps.send(decode(*inputs.args()))
+            call = steps.send(serve(call, model))
     except StopIteration as done:
         return done.value

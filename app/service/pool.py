@@ -1,9 +1,13 @@
-"""Bounded worker pool: blocking transcriptions run on threads, never on the event loop.
+"""Bounded worker pool: the jobs of requests and live passes, never on the event loop.
 
-`workers` jobs run at once; up to `max_queue` more wait for a thread. Beyond that `submit` raises
-`QueueFullError` (the API answers 429 with `Retry-After`). A job that is still waiting when its
-client goes away is dropped; a running one is stopped through the `threading.Event` its function
-was given (the transcriber checks it between decoder steps).
+`workers` jobs run at once; up to `max_queue` more wait. Beyond that `submit` raises
+`QueueFullError` (the API answers 429 with `Retry-After`). A job starts on one of `threads`
+threads, where its host work runs (decoding an upload, the VAD, the mel); a job whose function
+returns a `Future` has handed its model work on (to the model's batching scheduler): its thread
+is free at once and the job stays running, holding its place among the `workers`, until that
+future is done. A job that is still waiting when its client goes away is dropped; a running one
+is stopped through the `threading.Event` its function was given (the transcriber checks it
+between decoder steps).
 """
 
 from __future__ import annotations
@@ -44,34 +48,42 @@ class PoolClosedError(Rejected):
 class PoolStats:
     workers: int
     max_queue: int
-    active: int  # jobs running on a worker thread
-    queued: int  # jobs accepted and waiting for a thread
+    active: int  # jobs running: on a thread, or handed on to a model
+    queued: int  # jobs accepted and waiting to start
 
 
 class WorkerPool:
-    """`workers` threads plus a wait queue of at most `max_queue` jobs."""
+    """`workers` jobs at once on `threads` threads (default: one per job) plus a wait queue of at
+    most `max_queue` jobs."""
 
     def __init__(
         self,
         workers: int,
         max_queue: int,
         *,
+        threads: int = 0,
         name: str = "stt-worker",
         on_idle: Callable[[], None] | None = None,
     ) -> None:
         """`on_idle` runs once a job finishes and none is left running or waiting (the server
         gives its free heap back to the system then), where the job's future completes: its
-        worker thread, or the caller's thread for a waiting job that was dropped."""
+        worker thread, the thread that ended its handed-on work, or the caller's thread for a
+        waiting job that was dropped."""
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        if not 0 <= threads <= workers:
+            raise ValueError(f"threads must be in [0, workers], got {threads}")
         self.workers = workers
         self.max_queue = max_queue
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self.threads = threads or workers
+        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix=name)
         self._lock = threading.Lock()
         self._pending = 0  # accepted and not finished (running + waiting)
-        self._active = 0
+        self._active = 0  # running: on a thread, or handed on (each holds one of the slots)
+        self._handed: set[int] = set()  # ids of the futures of work handed on from a thread
+        self._slots = threading.Semaphore(workers)
         self._closed = False
         self._on_idle = on_idle
         self._mean_job_s = 2.0  # running mean of job durations, for Retry-After
@@ -136,16 +148,32 @@ class WorkerPool:
 
     # ---- internals --------------------------------------------------------------------------
     def _run(self, fn: Callable[[], T]) -> T:
+        self._slots.acquire()  # at most `workers` run: a job handed on keeps its slot
         with self._lock:
             self._active += 1
         t0 = time.perf_counter()
+        handed = False
         try:
-            return fn()
+            result = fn()
+            if isinstance(result, Future) and not result.done():
+                with self._lock:  # the job goes on without this thread
+                    self._handed.add(id(result))
+                handed = True
+                result.add_done_callback(lambda _f: self._handed_ended(t0))
+            return result
         finally:
-            elapsed = time.perf_counter() - t0
-            with self._lock:
-                self._active -= 1
-                self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * elapsed
+            if not handed:
+                self._stopped(t0)
+
+    def _stopped(self, t0: float) -> None:
+        with self._lock:
+            self._active -= 1
+            self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.perf_counter() - t0)
+        self._slots.release()
+
+    def _handed_ended(self, t0: float) -> None:
+        self._stopped(t0)
+        self._left()
 
     async def _finish_unless(self, done: Callable[[], bool]) -> bool:
         """True at once when `done()` (checked under the lock, so no finish is missed); else
@@ -162,7 +190,19 @@ class WorkerPool:
                 self._finish_waiters.remove(waiter)
         return False
 
-    def _finished(self, _future: Future) -> None:
+    def _finished(self, future: Future) -> None:
+        """The job's future is done: it ran on its thread (or was dropped while waiting); one
+        that handed its work on leaves when that work ends (`_handed_ended`)."""
+        if not future.cancelled() and future.exception() is None:
+            with self._lock:
+                handed = id(future.result()) in self._handed
+                self._handed.discard(id(future.result()))
+            if handed:
+                return
+        self._left()
+
+    def _left(self) -> None:
+        """A job is over."""
         with self._lock:
             self._pending -= 1
             idle = self._pending == 0
@@ -171,7 +211,10 @@ class WorkerPool:
             with contextlib.suppress(RuntimeError):  # that loop is closed
                 loop.call_soon_threadsafe(event.set)
         if idle and self._on_idle is not None:
-            self._on_idle()  # (concurrent.futures logs a callback's exception)
+            try:
+                self._on_idle()
+            except Exception:  # never the job's error
+                log.exception("the pool's idle hook failed")
 
     def _full_locked(self) -> bool:
         return self._pending >= self.workers + self.max_queue

@@ -127,7 +127,7 @@ class _ExplodingModel:
     def __getattr__(self, name: str) -> object:  # what the form reads to build the options
         return getattr(self._model, name)
 
-    def transcribe(self, job, on_delta=None, cancel=None, on_audio=None, on_segment=None):  # type: ignore[no-untyped-def]
+    def start(self, job, on_delta=None, cancel=None, on_audio=None, on_segment=None):  # type: ignore[no-untyped-def]
         count = 0
 
         def exploding(text: str) -> None:
@@ -137,7 +137,7 @@ class _ExplodingModel:
             if count == 3:
                 raise RuntimeError("decoder exploded")
 
-        return self._model.transcribe(
+        return self._model.start(
             job, on_delta=exploding, cancel=cancel, on_audio=on_audio, on_segment=on_segment
         )
 

@@ -7,13 +7,16 @@ instead of the random bytes (those decode to a transcript, the random ones to a 
 the form (model, language, prompt, temperature, beam size, formats, stream, ...) is as generated.
 `positive_data_acceptance` is therefore left out: random bytes are valid per the schema and are
 still rightly refused. Bounded to `EXAMPLES` cases per operation (~1 min on tiny.en). Driven
-through the Python API: schemathesis' pytest plugin does not work with pytest 9.
+through the Python API: schemathesis' pytest plugin does not work with pytest 9. On a server of
+its own: the generated requests may unload a model (`DELETE /v1/models/{id}` with an id that
+names one), which must not change the shared server the other modules read.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterator
 
 import pytest
 import schemathesis
@@ -29,7 +32,7 @@ from schemathesis.checks import (
 )
 from schemathesis.core.failures import FailureGroup
 
-from tests.api.conftest import AUDIO, LiveServer
+from tests.api.conftest import AUDIO, LiveServer, start_server, stop_server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,6 +46,13 @@ CHECKS = [
     response_schema_conformance,
 ]
 _uploads = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    live = start_server(tmp_path_factory.mktemp("contract"), "contract")
+    yield live
+    stop_server(live)
 
 
 def test_api_contract(server: LiveServer) -> None:

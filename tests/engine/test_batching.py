@@ -7,13 +7,14 @@ packed; with int8 files a near-tie token may flip with the packing (tests/confte
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -31,6 +32,8 @@ from app.service.batching.pack import (
 )
 from app.service.batching.records import BatchingOptions, StepRecord
 from app.service.batching.scheduler import BatchingSessions
+from app.service.job_run import JobRun
+from app.service.pool import WorkerPool
 from app.service.transcription.transcriber import (
     Transcriber,
     TranscriptionCancelled,
@@ -93,6 +96,32 @@ def test_concurrent_requests_equal_one_at_a_time(tiny_tok, batched, alone: Alone
     others = [(a, b) for kind, a, b in batched.spans if kind != "encode"]
     assert len(encodes) >= 5 and others
     assert not [(e, o) for e in encodes for o in others if e[0] < o[1] and o[0] < e[1]]
+
+
+def test_transcriptions_hand_their_model_work_on_and_share_steps_from_one_thread(
+    tiny_tok, batched, alone: Alone
+) -> None:
+    """A job's thread starts its transcription and is free at its first model call: with one
+    worker thread, three requests still decode together, each with the words it has alone."""
+    transcriber = Transcriber(batched, tiny_tok)
+    pool = WorkerPool(workers=3, max_queue=0, threads=1)
+
+    def work(_post: object, cancel: threading.Event) -> Future:
+        return transcriber.start(transcriber.transcription(clip(EARNINGS), GREEDY, cancel=cancel))
+
+    async def scenario() -> list:
+        runs = [JobRun(pool, None, work) for _ in range(3)]
+        return [await run.result() for run in runs]
+
+    try:
+        results = asyncio.run(scenario())
+    finally:
+        pool.shutdown()
+    assert [" ".join(s.text.strip() for s in segments) for segments, _ in results] == [
+        alone(EARNINGS, GREEDY)
+    ] * 3
+    steps = [r for r in batched.records if r.kind == "decode"]
+    assert max(r.calls for r in steps) == 3, "the three shared decoder steps"
 
 
 def test_rows_join_and_leave_mid_decode(tiny_fp16, tiny_tok, batched) -> None:

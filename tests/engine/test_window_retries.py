@@ -13,6 +13,7 @@ from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.transcription.options import TranscriptionOptions
 from app.service.transcription.transcriber import Transcriber
 from app.service.transcription.window_decode import file_plan
+from app.service.transcription.windows import encode_window
 from tests.engine.conftest import JFK, clip
 
 
@@ -20,7 +21,7 @@ from tests.engine.conftest import JFK, clip
 def jfk_cross(tiny_tr: Transcriber) -> list:
     audio = clip(JFK)  # 11 s: one window, as the file path cuts it
     mel = tiny_tr.log_mel(audio, padding=N_SAMPLES_PER_WINDOW)
-    return tiny_tr.encode(mel[:, : audio.shape[0] // HOP_LENGTH])
+    return tiny_tr.sessions.run_steps(encode_window(mel[:, : audio.shape[0] // HOP_LENGTH]))
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +34,9 @@ def jfk_exact_cross(tiny_exact) -> list:
 def decode(tr: Transcriber, cross: list, **options) -> tuple:
     plan = file_plan(TranscriptionOptions(beam_size=1, **options), "en", (), None)
     streams: list[bool] = []
-    decoded = tr.decode_window(cross, plan, clip(JFK).shape[0] / SAMPLE_RATE,
-                               on_attempt=streams.append)  # fmt: skip
+    window = tr.decode_window(cross, plan, clip(JFK).shape[0] / SAMPLE_RATE,
+                              on_attempt=streams.append)  # fmt: skip
+    decoded = tr.sessions.run_steps(window)
     return decoded, streams
 
 

@@ -1,6 +1,7 @@
 """A job run (`app.service.job_run.JobRun`) on a real worker pool, from the event loop: the
 events it posts arrive in order and end with `ENDED`, its result or error is awaited, a full
-queue refuses it at once, and cancelling stops a running job or drops a waiting one."""
+queue refuses it at once, cancelling stops a running job or drops a waiting one, and a job that
+hands its work on ends with that work."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import gc
 import threading
 import weakref
+from concurrent.futures import Future
 
 import pytest
 
@@ -105,3 +107,35 @@ def test_a_finished_run_is_freed_by_its_last_reference_not_by_a_gc_pass() -> Non
         assert asyncio.run(scenario())() is None
     finally:
         gc.enable()
+
+
+def test_a_cancelled_awaiter_leaves_the_end_of_handed_on_work_to_that_work() -> None:
+    """The job handed its model work on (a future) and its awaiter is cancelled: the job is told
+    to stop, and it ends (its place in the pool, and its lease, going back) only when that work
+    ends, with that work's outcome."""
+    handed: Future = Future()
+    returned = threading.Event()
+    told: list[threading.Event] = []
+
+    def work(_post, cancel: threading.Event) -> Future:
+        told.append(cancel)
+        returned.set()
+        return handed
+
+    async def scenario() -> None:
+        pool = WorkerPool(1, 0)
+        run = JobRun(pool, None, work)
+        waiter = asyncio.ensure_future(run.result())
+        await asyncio.to_thread(returned.wait, 5)
+        await asyncio.sleep(0.1)  # the worker thread is done: the work goes on elsewhere
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert told[0].is_set(), "the job was told to stop"
+        assert not run.done and pool.stats().active == 1, "its work still runs"
+        handed.set_exception(RuntimeError("stopped at its next step"))
+        assert await run.next() is ENDED
+        assert isinstance(run.error(), RuntimeError)
+        assert pool.stats().active == 0
+
+    asyncio.run(scenario())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import Future
 
 import pytest
 
@@ -189,4 +190,32 @@ def test_the_idle_hook_runs_when_the_last_running_or_waiting_job_is_done() -> No
     finally:
         first_gate.set()
         second_gate.set()
+        pool.shutdown()
+
+
+def test_a_job_that_hands_its_work_on_frees_its_thread_and_keeps_its_place() -> None:
+    """A job whose function returns a future (its model work goes on elsewhere) frees its
+    thread at once but runs, in its place among the `workers`, until that work ends: with two
+    workers on one thread the next job runs meanwhile; with one worker it waits."""
+    handed: Future = Future()
+    pool = WorkerPool(workers=2, max_queue=0, threads=1)
+    try:
+        first = pool.submit(lambda: handed)
+        assert pool.submit(lambda: "beside").result(5) == "beside", "the thread was free"
+        assert not first.done() or first.result() is handed
+        assert pool.stats().active == 1, "the handed-on job still runs"
+    finally:
+        handed.set_result("done")
+        pool.shutdown()
+
+    handed = Future()
+    pool = WorkerPool(workers=1, max_queue=1, threads=1)
+    try:
+        pool.submit(lambda: handed)
+        waiting = pool.submit(lambda: "next")
+        time.sleep(0.2)
+        assert not waiting.done() and (pool.stats().active, pool.stats().queued) == (1, 1)
+        handed.set_result("done")
+        assert waiting.result(5) == "next"
+    finally:
         pool.shutdown()

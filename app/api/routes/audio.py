@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Form, Request
@@ -147,12 +148,12 @@ async def _transcribe(
     job = TranscriptionJob(data, options, task, max_audio_s=settings.max_audio_s)
     reply = JobReply(request, metrics, loaded.name, task, clock, transcription=_itself)
     if not form.stream:
-        run = JobRun(pool, lease, lambda _post, cancel: loaded.transcribe(job, cancel=cancel))
+        run = JobRun(pool, lease, lambda _post, cancel: loaded.start(job, cancel=cancel))
         return await reply.whole(run, lambda result: _format(result, form, loaded))
     timed = job.options.word_timestamps  # a segment's words are sent once it is aligned
 
-    def work(post: Callable[[str | Segment], None], cancel: threading.Event) -> Result:
-        return loaded.transcribe(
+    def work(post: Callable[[str | Segment], None], cancel: threading.Event) -> Future[Result]:
+        return loaded.start(
             job,
             on_delta=None if timed else post,
             cancel=cancel,

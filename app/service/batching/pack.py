@@ -1,9 +1,9 @@
 """What the batching scheduler queues and how it packs one-token decoder calls into batches.
 
-`DecodeCall` / `EncodeCall`: one caller's model call, waiting for its result. `Layout`: where
-each call's rows sit in one batched decoder call; `pack_by_slot` (windows in the cross K/V
-slab) and `pack_groups` (the others) make them; `stacked_cross` copies a group's cross K/V
-together when they are not in the slab. `InputScratch`: a lane's input arrays, kept from one
+`DecodeCall` / `EncodeCall` / `AlignCall`: one caller's model call, waiting for its result.
+`Layout`: where each call's rows sit in one batched decoder call; `pack_by_slot` (windows in the
+cross K/V slab) and `pack_groups` (the others) make them; `stacked_cross` copies a group's cross
+K/V together when they are not in the slab. `InputScratch`: a lane's input arrays, kept from one
 step to the next. Pure data and packing: the scheduler (`app.service.batching.scheduler`) runs
 the calls.
 """
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.runtime.steps import DecoderInputs
+from app.runtime.steps import AlignerInputs, DecoderInputs
 from app.service.batching.cross_slab import CrossKV
 
 
@@ -30,6 +31,8 @@ class PendingCall:
     done: threading.Event = field(default_factory=threading.Event, init=False)
     result: object = field(default=None, init=False)
     error: BaseException | None = field(default=None, init=False)
+    # called with (result, error) by the lane once the call is served, instead of a waiting caller
+    then: Callable[[object, BaseException | None], None] | None = field(default=None, init=False)
 
     def finish(self, result: object = None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
@@ -46,6 +49,11 @@ class PendingCall:
 @dataclass(eq=False)
 class EncodeCall(PendingCall):
     features: np.ndarray  # f32 [B, n_mels, 3000]
+
+
+@dataclass(eq=False)
+class AlignCall(PendingCall):
+    inputs: AlignerInputs
 
 
 @dataclass(eq=False)

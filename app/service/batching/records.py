@@ -46,7 +46,8 @@ class BatchingOptions:
 class StepRecord:
     """One model call made by the scheduler.
 
-    kind: "decode" (one new token per row), "prefill" (several: prompt chunks) or "encode".
+    kind: "decode" (one new token per row), "prefill" (several: prompt chunks), "encode" or
+        "align" (word timing's aligner).
     rows: batch size of the call; calls: callers served by it.
     padding_ratio: share of the past K/V slots that were padding (0 for prefill and encode).
     queue_wait_s: longest time a served call waited between its submission and the call's start.
@@ -98,7 +99,7 @@ class StepLog:
                 stats.decode_rows += served_rows
             elif record.kind == "prefill":
                 stats.prefill_calls += 1
-            else:
+            elif record.kind == "encode":
                 stats.encode_calls += 1
                 stats.encode_windows += record.rows
         for observer in self._observers:

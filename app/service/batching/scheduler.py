@@ -1,10 +1,14 @@
 """Continuous cross-request batching: one decoder call per step serves every active decode.
 
-A decode is a resumable task (`app.runtime.steps.Steps`: a generator that yields its decoder
-calls and is sent their outputs). `BatchingSessions` stands in for `WhisperSessions`: a caller's
-`run_steps(task)` runs the task in the caller's thread up to its first decoder call, hands it to
-the scheduler and waits for the result; `decode()` (a single call) is a one-call task; `encode()`
-is a call to the encoder lane. The decoder lane loops, as vLLM's engine does:
+Model work is a resumable task (`app.runtime.steps.Steps`: a generator that yields its model
+calls, encoder, decoder or aligner, and is sent their outputs): a whole transcription, a live
+pass, one window's decode. `BatchingSessions` stands in for `WhisperSessions`: `start(task)` runs
+the task in the caller's thread up to its first model call and returns its future; from then on
+no thread waits for it: each call goes to its lane (`_resume`: decoder calls to the decoder
+lane, encoder and aligner calls to the encoder lane), and the task's Python up to its next call
+runs on the lane that served the last one. `run_steps(task)` is `start` and a wait; `decode()`
+(a single call) is a one-call task; `encode()` is a call to the encoder lane. The decoder lane
+loops, as vLLM's engine does:
 
 1. `schedule()`: every task with a decoder call waiting (all active tasks have one: a task is
    advanced as soon as its call is served, so nobody is waited for) is packed (pure:
@@ -16,8 +20,8 @@ is a call to the encoder lane. The decoder lane loops, as vLLM's engine does:
    `attention_mask` zero over the padding, each task's rows taken back (the inputs are
    assembled in arrays the lane keeps while its steps keep their shape);
 3. `update_from_output()`: each task is sent its outputs and runs its Python part of the step
-   (logit filters, search, streaming its tokens) up to its next decoder call, or ends (its
-   caller wakes with the result or the error);
+   (logit filters, search, streaming its tokens) up to its next model call, or ends (its
+   future gets the result or the error);
 4. encoder: a second thread, the encoder lane (`encoder_lane.py`), runs up to `max_encode`
    new 30 s windows per encoder call. When both stages run on the CPU, the two lanes take turns
    on the cores (`CoreTurns`: at once they slow each other down several-fold), the encoder
@@ -41,6 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -53,7 +58,6 @@ from app.service.batching.pack import (
     DecodeCall,
     InputScratch,
     Layout,
-    PendingCall,
     assemble,
     pack_by_slot,
     pack_groups,
@@ -81,12 +85,12 @@ IDLE_RELEASE_S = 1.0  # a decoder lane idle this long drops its kept arrays
 
 @dataclass(eq=False)
 class _Task:
-    """A caller's resumable decode in the scheduler: its generator and its decoder call waiting
-    to be served (`call`), and what its caller waits on (`ended`)."""
+    """A resumable task in the scheduler: its generator, its decoder call waiting to be served
+    (`call`; None while its call is on the encoder lane) and its result (`ended`)."""
 
     steps: Steps
-    call: DecodeCall
-    ended: PendingCall  # finished with the task's result or error; its caller waits on it
+    ended: Future
+    call: DecodeCall | None = None
 
 
 def _same_cpu(devices: dict[str, str]) -> bool:
@@ -177,23 +181,44 @@ class BatchingSessions:
         return self.run_steps(_one_call(inputs))
 
     def run_steps(self, steps: Steps[T]) -> T:
-        """Run a resumable decode to its first decoder call here, then let the scheduler serve
-        it with every other task; wait for its result (or raise its error). Asked from the
-        decoder lane itself (a task's step that needs a decode of its own), it is served there
-        and then, unbatched: waiting for the lane would wait forever."""
-        if threading.current_thread() is self._lane:
-            return serve_steps(steps, self.inner.decode)
+        """`start(steps)` and wait for its result (or raise its error). Asked from a lane itself
+        (a task's step that needs a model call of its own), it is served there and then,
+        unbatched: waiting for the lane would wait forever."""
+        if threading.current_thread() in (self._lane, self._encoder.thread):
+            return serve_steps(steps, self.inner)
+        return self.start(steps).result()
+
+    def start(self, steps: Steps[T]) -> Future[T]:
+        """Run a task here up to its first model call, then let the lanes serve it with every
+        other task (its Python runs on the lane that served its last call); no thread waits for
+        it. The future ends with its result or its error."""
+        task = _Task(steps, Future())
+        task.ended.set_running_or_notify_cancel()
+        self._resume(task, None, None, started=False)
+        return task.ended
+
+    def _resume(
+        self, task: _Task, outputs: object, error: BaseException | None, *, started: bool = True
+    ) -> None:
+        """Send a task its call's outputs (or start it) and route its next call to its lane;
+        or end it with its result, or its error (a failed call's, or its own)."""
         try:
-            inputs = next(steps)
+            if error is not None:
+                raise error
+            call = task.steps.send(outputs) if started else next(task.steps)
+            if isinstance(call, DecoderInputs):
+                task.call = self._call(call)
+                with self._cond:
+                    self._check_open()
+                    self._waiting.append(task)
+                    self._cond.notify_all()
+            else:
+                self._encoder.submit(call, lambda out, err: self._resume(task, out, err))
         except StopIteration as done:
-            return done.value
-        caller = threading.get_ident()
-        task = _Task(steps, self._call(inputs), PendingCall(caller, inputs.rows))
-        with self._cond:
-            self._check_open()
-            self._waiting.append(task)
-            self._cond.notify_all()
-        return task.ended.outcome()  # type: ignore[return-value]
+            task.ended.set_result(done.value)
+        except BaseException as e:  # the call failed, or the task did (cancelled ...)
+            task.steps.close()
+            task.ended.set_exception(e)
 
     def _call(self, inputs: DecoderInputs) -> DecodeCall:
         rows = inputs.rows
@@ -216,11 +241,14 @@ class BatchingSessions:
         self._log.add_observer(observer)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Serve what is pending, then stop the scheduler threads; later calls raise."""
+        """Serve what is pending, then stop the scheduler threads; later calls raise. Called on
+        a lane (a task's end released the model's last lease there), that lane stops once it
+        has returned."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._lane.join(timeout)
+        if threading.current_thread() is not self._lane:
+            self._lane.join(timeout)
         self._encoder.close(timeout)
 
     # -- internals ---------------------------------------------------------------------------------
@@ -250,24 +278,11 @@ class BatchingSessions:
 
     def _update_from_output(self, tasks: list[_Task]) -> None:
         """Send each task its call's outputs: it runs its Python part of the step up to its next
-        decoder call (back in the queue) or to its end (its caller wakes)."""
-        going = []
+        model call (back in a queue) or to its end (its future is set)."""
         for task in tasks:
-            call = task.call
-            try:
-                if call.error is not None:
-                    raise call.error
-                inputs = task.steps.send(call.result)  # type: ignore[arg-type]
-                task.call = self._call(inputs)
-                going.append(task)
-            except StopIteration as done:
-                task.ended.finish(done.value)
-            except BaseException as e:  # the call failed, or the task did (cancelled ...)
-                task.steps.close()
-                task.ended.finish(error=e)
-        if going:
-            with self._cond:
-                self._waiting.extend(going)
+            call, task.call = task.call, None
+            assert call is not None
+            self._resume(task, call.result, call.error)
 
     def _serve(self, calls: list[DecodeCall], stacked: dict, scratch: InputScratch) -> None:
         """One decoder-lane iteration: calls with the same number of new tokens T and the same

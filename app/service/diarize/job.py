@@ -188,7 +188,7 @@ def transcribe_speakers(
 
     def transcription() -> TranscriptionResult:
         listen = held.add if on_segments is not None else None
-        return model.transcribe_samples(audio, job, cancel=stop, on_segment=listen)
+        return model.start_samples(audio, job, cancel=stop, on_segment=listen).result()
 
     result, (turns, labels) = beside(transcription, speaker_pass, stop, name="speakers")
     return DiarizedResult(result, turns, labels)

@@ -201,7 +201,9 @@ class LiveRunner:
     async def _decode(self) -> None:
         while True:
             try:
-                run = JobRun(self._pool, None, lambda _post, cancel: self._session.decode(cancel))
+                run = JobRun(
+                    self._pool, None, lambda _post, cancel: self._session.start_decode(cancel)
+                )
                 await run.result()
                 return
             except QueueFullError:

@@ -48,12 +48,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Literal
 
 import numpy as np
 
 from app.engine.vad import SileroVad
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.runtime.steps import Steps
 from app.service.live import commits
 from app.service.live.admission import AudioBuffer, Hearing, Inbox
 from app.service.live.commits import Commits
@@ -311,13 +313,22 @@ class StreamingSession:
 
     # ---- decoding (worker thread) ----------------------------------------------------------
     def decode(self, cancel: threading.Event | None = None) -> None:
-        """Run the due pass (if any) and emit its events. Raises TranscriptionCancelled."""
-        if self._final_until is not None:
-            self._finalize(cancel)
-        elif self.decode_due():
-            self._step(cancel)
+        """Run the due pass (if any) here and emit its events. Raises TranscriptionCancelled."""
+        self.transcriber.run(self.decoding(cancel))
 
-    def _finalize(self, cancel: threading.Event | None) -> None:
+    def start_decode(self, cancel: threading.Event | None = None) -> Future[None]:
+        """`decode` as a task on the model: its model calls on the model's scheduler, no thread
+        waiting; the future ends once its events are emitted."""
+        return self.transcriber.start(self.decoding(cancel))
+
+    def decoding(self, cancel: threading.Event | None) -> Steps[None]:
+        """The due pass (if any), as a resumable task."""
+        if self._final_until is not None:
+            yield from self._finalize(cancel)
+        elif self.decode_due():
+            yield from self._step(cancel)
+
+    def _finalize(self, cancel: threading.Event | None) -> Steps[None]:
         """Commit every word up to `_final_until`; the audio stays as context for what follows
         (VAD drops it after `context_gap_s` of silence; passes cut it at segment ends).
 
@@ -331,7 +342,7 @@ class StreamingSession:
             fresh = None
             stale = attempt > 0 or (self._decoded_until < until and not quiet)
             if stale and until - self._buf.start >= SAMPLE_RATE // 10:
-                decoded = self._run_pass(self._buf.view(until), cancel)
+                decoded = yield from self._run_pass(self._buf.view(until), cancel)
                 self._decoded_until = max(self._decoded_until, decoded.end)
                 fresh = decoded if decoded.usable else None  # else: what the last pass said
             self.commits, applied = commits.finalize(
@@ -351,8 +362,8 @@ class StreamingSession:
         if self._final_reason is not None:
             self.on_event(Finalized(self._final_reason, until / SAMPLE_RATE))
 
-    def _step(self, cancel: threading.Event | None) -> None:
-        decoded = self._run_pass(self._buf.view(), cancel)
+    def _step(self, cancel: threading.Event | None) -> Steps[None]:
+        decoded = yield from self._run_pass(self._buf.view(), cancel)
         self._decoded_until = decoded.end
         self.commits, applied = commits.step(
             self.commits, decoded, self.policy, self.options, self.tokenizer
@@ -368,7 +379,7 @@ class StreamingSession:
         if applied.partial is not None:
             self.transcript.partial_words(applied.partial)
 
-    def _run_pass(self, audio: np.ndarray, cancel: threading.Event | None) -> Pass:
+    def _run_pass(self, audio: np.ndarray, cancel: threading.Event | None) -> Steps[Pass]:
         """Decode the buffer's audio (up to some end); the committed closed segments are forced
         as a prefix (not decoded again)."""
         language = self.passes.language  # the stream's word split is its language's
@@ -376,9 +387,8 @@ class StreamingSession:
         request = PassRequest(audio, self._buf.start, self._prompt + self._committed_prompt(),
                               plan.prefix)  # fmt: skip
         with self._decode:
-            decoded = self.passes.run(
-                request, self.transcript.token_feed(self.tokenizer, plan.skip, language), cancel
-            )
+            feed = self.transcript.token_feed(self.tokenizer, plan.skip, language)
+            decoded = yield from self.passes.run(request, feed, cancel)
         log.debug("pass over %.2f s took %.0f ms", decoded.seconds, 1e3 * self._decode.last)
         self._passes += 1
         self._skipped += decoded.result is None or decoded.result.looped

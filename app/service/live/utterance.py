@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,8 +154,8 @@ class Utterance:
         """A pass on the worker pool; cancelling the awaiting task stops it."""
         job, model = self.job, self.model
 
-        def work(_post: object, cancel: threading.Event) -> TranscriptionResult:
-            return model.transcribe_samples(audio, job, cancel)
+        def work(_post: object, cancel: threading.Event) -> Future[TranscriptionResult]:
+            return model.start_samples(audio, job, cancel)
 
         return await JobRun(self.pool, None, work).result()
 

@@ -26,12 +26,13 @@ from app.engine.timing import frame_levels, start_at_speech
 from app.engine.tokenizer import Tokenizer
 from app.engine.words import Word, split_words
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.runtime.steps import Steps
 from app.service.live.options import StreamingOptions
 from app.service.transcription.fallback import FallbackRule
 from app.service.transcription.transcriber import Transcriber, TranscriptionCancelled
 from app.service.transcription.window_decode import WindowPlan
-from app.service.transcription.windows import WindowSegment, split_window
-from app.service.transcription.words import WindowAudio
+from app.service.transcription.windows import WindowSegment, encode_window, split_window
+from app.service.transcription.words import WindowAudio, segment_words
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,8 @@ class PassRunner:
         request: PassRequest,
         on_token: Callable[[int], None] | None = None,
         cancel: threading.Event | None = None,
-    ) -> Pass:
+    ) -> Steps[Pass]:
+        """The pass of `request` as a resumable task (`app.runtime.steps`)."""
         audio = request.audio[:N_SAMPLES_PER_WINDOW]
         start, end = request.start, request.start + audio.shape[0]
         transcriber, tok, prefix = self.transcriber, self.tokenizer, request.prefix
@@ -90,10 +92,12 @@ class PassRunner:
         features = mel[:, : min(audio.shape[0] // HOP_LENGTH, N_FRAMES)]
         if cancel is not None and cancel.is_set():
             raise TranscriptionCancelled("stream closed")
-        cross = transcriber.encode(features)  # [1, H, 1500, Dh] each
+        cross = yield from encode_window(features)  # [1, H, 1500, Dh] each
         duration = audio.shape[0] / SAMPLE_RATE
         plan = pass_plan(self.options, self.language, request.prompt, prefix)
-        decoded = transcriber.decode_window(cross, plan, duration, on_token=on_token, cancel=cancel)
+        decoded = yield from transcriber.decode_window(
+            cross, plan, duration, on_token=on_token, cancel=cancel
+        )
         result = decoded.result
         if self.language is None:
             self.language = result.language
@@ -112,7 +116,7 @@ class PassRunner:
                 cross, features, 0.0, tuple(tok.sot_sequence(self.language, self.options.task)),
                 self.language,
             )  # fmt: skip
-            groups = transcriber.segment_words(window, [s.tokens for s in segments])
+            groups = yield from segment_words(tok, window, [s.tokens for s in segments])
             words = aligned_words(groups, frame_levels(features), offset_s)
         else:
             words = spread_words(tok, segments, offset_s, self.language)

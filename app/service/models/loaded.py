@@ -1,9 +1,9 @@
 """A loaded model: its sessions, tokenizer and transcriber, and the job it runs.
 
-`LoadedModel.transcribe` is the blocking job the worker pool runs for one request: decode the
-upload, check its length, transcribe with the options the job carries (built at the edge that
-took the request), collect the segments and the timings. Loading, unloading and leases are
-`app.service.models.manager`'s.
+`LoadedModel.start` is the job the worker pool runs for one request: decode the upload, check
+its length, and start its transcription with the options the job carries (built at the edge that
+took the request) as one task on the model (its segments and timings collected at its end).
+Loading, unloading and leases are `app.service.models.manager`'s.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 
 import numpy as np
@@ -22,6 +23,7 @@ from app.engine.languages import LANGUAGES
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad
 from app.runtime.contract import SAMPLE_RATE
+from app.runtime.steps import Steps
 from app.service.batching.scheduler import BatchingSessions
 from app.service.transcription.jobs import ModelInfo, TranscriptionJob, TranscriptionResult
 from app.service.transcription.transcriber import (
@@ -31,7 +33,7 @@ from app.service.transcription.transcriber import (
     TranscriptionOptions,
 )
 
-# what `LoadedModel.transcribe` raises besides the model's own failures
+# what `LoadedModel.start` raises (or its future ends with) besides the model's own failures
 __all__ = ["AudioDecodeError", "AudioTooLongError", "LoadedModel", "TranscriptionCancelled"]
 
 log = logging.getLogger(__name__)
@@ -91,21 +93,24 @@ class LoadedModel:
             memory_bytes=self.memory_bytes,
         )
 
-    def transcribe(
+    def start(
         self,
         job: TranscriptionJob,
         on_delta: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
         on_audio: Callable[[float], None] | None = None,
         on_segment: Callable[[Segment], None] | None = None,
-    ) -> TranscriptionResult:
-        """Decode, check and transcribe one upload (blocking; run it on a worker thread).
+    ) -> Future[TranscriptionResult]:
+        """Decode and check one upload here (blocking: run it on a worker thread), then start
+        its transcription: the VAD and the mel here too, its model work on the model's
+        scheduler (this thread is free once the first model call is queued) or here without
+        one. Its future ends with the result.
 
         `on_audio(duration_s)` is called once the upload decoded fine, before transcription
         starts; `on_delta(text)` for every decoded token; `on_segment(segment)` for every
-        segment as it is finished (with its words when they are timed). Raises
-        `AudioDecodeError` (incl. `AudioTooLongError`) or `TranscriptionCancelled` when `cancel`
-        is set.
+        segment as it is finished (with its words when they are timed); these may run on the
+        scheduler's threads. Raises `AudioDecodeError` (incl. `AudioTooLongError`), or ends
+        with `TranscriptionCancelled` once `cancel` is set.
         """
         if cancel is not None and cancel.is_set():
             raise TranscriptionCancelled("cancelled before start")
@@ -113,20 +118,23 @@ class LoadedModel:
         audio = decode_audio(job.audio, SAMPLE_RATE, max_duration_s=job.max_audio_s)  # f32 [N]
         if on_audio is not None:
             on_audio(audio.shape[0] / SAMPLE_RATE)
-        return self._transcribe_audio(audio, job, t0, on_delta, cancel, on_segment)
+        return self.sessions.start(
+            self._transcription(audio, job, t0, on_delta, cancel, on_segment)
+        )
 
-    def transcribe_samples(
+    def start_samples(
         self,
         audio: np.ndarray,
         job: TranscriptionJob,
         cancel: threading.Event | None = None,
         on_segment: Callable[[Segment], None] | None = None,
-    ) -> TranscriptionResult:
-        """`transcribe` for audio already decoded (f32 16 kHz mono, as a live protocol holds
-        it); `job.audio` is not read."""
-        return self._transcribe_audio(audio, job, time.perf_counter(), None, cancel, on_segment)
+    ) -> Future[TranscriptionResult]:
+        """`start` for audio already decoded (f32 16 kHz mono, as a live protocol holds it);
+        `job.audio` is not read."""
+        steps = self._transcription(audio, job, time.perf_counter(), None, cancel, on_segment)
+        return self.sessions.start(steps)
 
-    def _transcribe_audio(
+    def _transcription(
         self,
         audio: np.ndarray,
         job: TranscriptionJob,
@@ -134,18 +142,13 @@ class LoadedModel:
         on_delta: Callable[[str], None] | None,
         cancel: threading.Event | None,
         on_segment: Callable[[Segment], None] | None,
-    ) -> TranscriptionResult:
-        """The transcription of f32 16 kHz samples decoded since `t0`."""
+    ) -> Steps[TranscriptionResult]:
+        """The transcription of f32 16 kHz samples decoded since `t0`, as a resumable task."""
         options = job.options
         t1 = time.perf_counter()
-        segments, info = self.transcriber.transcribe(
-            audio, options, on_delta=on_delta, cancel=cancel
+        collected, info = yield from self.transcriber.transcription(
+            audio, options, on_delta, cancel, on_segment
         )
-        collected: list[Segment] = []
-        for segment in segments:
-            collected.append(segment)
-            if on_segment is not None:
-                on_segment(segment)
         t2 = time.perf_counter()
         duration = audio.shape[0] / SAMPLE_RATE
         language = info.language or (options.language or "en")

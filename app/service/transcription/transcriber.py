@@ -29,33 +29,36 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import InitVar, dataclass, field
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import TypeVar
 
 import numpy as np
 
 from app.engine.audio import lift_quiet
 from app.engine.backend import WhisperBackend
-from app.engine.decoding import DecodingTask, PrefixMemo
-from app.engine.decoding_types import DecodingCancelled, DecodingResult
-from app.engine.language_detection import detect_language
+from app.engine.language_detection import language_steps
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad
 from app.engine.vad_spans import collect_speech, speech_time_map, speech_timestamps
 from app.runtime.contract import N_FRAMES, N_SAMPLES_PER_WINDOW, SAMPLE_RATE
+from app.runtime.steps import Steps
+from app.service.transcription.long_form import PROMPT_TOKENS, LongForm
 from app.service.transcription.options import TranscriptionOptions
 from app.service.transcription.results import Segment, TranscriptionInfo, TranscriptionStats, Word
 from app.service.transcription.text_stream import TextStream, WindowStream
 from app.service.transcription.window_decode import (
     TOGETHER_KV_BYTES,
     DecodedWindow,
+    TranscriptionCancelled,
     WindowPlan,
+    decode_window,
     file_plan,
     rows_within,
 )
 from app.service.transcription.windows import encode_window, file_segments, restore_times
-from app.service.transcription.words import WindowAudio, add_words, segment_words
+from app.service.transcription.words import WindowAudio, add_words
 
 __all__ = [
     "Segment",
@@ -68,50 +71,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-PROMPT_TOKENS = 223  # the previous text a window is prompted with: n_text_ctx // 2 - 1
-MAX_HOTWORD_TOKENS = PROMPT_TOKENS // 2  # the rest stays for the previous text
-
-
-@dataclass
-class _LongForm:
-    """One transcription's state across its windows: what it reads (the mel, its options and
-    language), where it is (`seek`, in mel frames) and what it carries from window to window
-    (the text that prompts the next window, segment ids, the last word's end)."""
-
-    mel: np.ndarray  # [n_mels, content_frames + N_FRAMES]
-    content_frames: int
-    options: TranscriptionOptions
-    language: str
-    stats: TranscriptionStats
-    cancel: threading.Event | None
-    tok: InitVar[Tokenizer]  # encodes the options' initial prompt and hotwords
-    first_cross: list[np.ndarray] | None = None  # window 0's, when language detection made it
-    stream: TextStream | None = None
-    seek: int = 0
-    segment_id: int = 0
-    all_tokens: list[int] = field(default_factory=list)
-    prompt_reset_since: int = 0
-    hotwords: list[int] = field(init=False)
-    last_speech: float = 0.0  # end of the last word, for word timing
-    rng: np.random.Generator = field(init=False)
-
-    def __post_init__(self, tok: Tokenizer) -> None:
-        self.rng = np.random.default_rng(self.options.seed)
-        prompt, hotwords = self.options.initial_prompt, self.options.hotwords
-        if prompt:  # the initial prompt and the hotwords prompt every window
-            self.all_tokens.extend(
-                tok.encode(" " + prompt.strip()) if isinstance(prompt, str) else prompt
-            )
-        self.hotwords = tok.encode(" " + hotwords)[:MAX_HOTWORD_TOKENS] if hotwords else []
-
-    @property
-    def duration(self) -> float:
-        return self.content_frames * HOP_LENGTH / SAMPLE_RATE
-
-
-class TranscriptionCancelled(Exception):
-    """The caller's cancel event was set; the transcription stopped at the next decoder step."""
+T = TypeVar("T")
 
 
 class Transcriber:
@@ -141,6 +101,48 @@ class Transcriber:
         """Transcribe f32 [N] mono 16 kHz audio. Segments are produced lazily by the iterator;
         the mel, and language detection when needed, happen now. Raises TranscriptionCancelled
         (also from the iterator) once `cancel` is set."""
+        job, info, time_map = self.sessions.run_steps(self._begin(audio, options, on_delta, cancel))
+        segments = self._generate(job)
+        if time_map is not None:
+            segments = restore_times(segments, time_map, info.duration)
+        return segments, info
+
+    def transcription(
+        self,
+        audio: np.ndarray,
+        options: TranscriptionOptions | None = None,
+        on_delta: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+        on_segment: Callable[[Segment], None] | None = None,
+    ) -> Steps[tuple[list[Segment], TranscriptionInfo]]:
+        """`transcribe` as one resumable task (`app.runtime.steps`): the VAD and the mel up to
+        its first model call, then every window; `on_segment(segment)` for each segment as its
+        window is done. Returns every segment and the info."""
+        job, info, time_map = yield from self._begin(audio, options, on_delta, cancel)
+        segments: list[Segment] = []
+        while job.seek < job.content_frames:
+            self._check_cancel(job.cancel)
+            with job.stats.timed("total_s"):
+                kept = yield from self._window(job)
+            if time_map is not None:
+                kept = list(restore_times(iter(kept), time_map, info.duration))
+            for segment in kept:
+                segments.append(segment)
+                if on_segment is not None:
+                    on_segment(segment)
+        log.info("%s", job.stats.summary())
+        return segments, info
+
+    def _begin(
+        self,
+        audio: np.ndarray,
+        options: TranscriptionOptions | None,
+        on_delta: Callable[[str], None] | None,
+        cancel: threading.Event | None,
+    ) -> Steps[tuple[LongForm, TranscriptionInfo, list[tuple[float, float]] | None]]:
+        """A transcription's start: the VAD (`vad_filter`), the mel, and the language when it
+        must be detected (window 0 encoded for it); its state, its info, and the VAD's time map
+        (None without the VAD)."""
         options = options or TranscriptionOptions()
         audio = np.asarray(audio, dtype=np.float32)
         if audio.ndim != 1:
@@ -176,9 +178,9 @@ class Transcriber:
             first_cross: list[np.ndarray] | None = None
             if language is None:
                 if self.multilingual:
-                    first_cross = self._encode(mel, 0, content_frames, stats)
+                    first_cross = yield from self._encode(mel, 0, content_frames, stats)
                     with stats.timed("language_s"):
-                        detection = detect_language(
+                        detection = yield from language_steps(
                             self.sessions,
                             first_cross,
                             self.tokenizer,
@@ -201,24 +203,25 @@ class Transcriber:
             stats=stats,
         )
         stream = TextStream(self.tokenizer, on_delta) if on_delta is not None else None
-        job = _LongForm(
+        job = LongForm(
             mel, content_frames, options, language, stats, cancel, self.tokenizer,
             first_cross, stream,
         )  # fmt: skip
-        segments = self._generate(job)
-        if time_map is not None:
-            segments = restore_times(segments, time_map, stats.audio_s)
-        return segments, info
+        return job, info, time_map
+
+    def run(self, steps: Steps[T]) -> T:
+        """Serve a task of this transcriber's (`transcription`, a window, a live pass) here."""
+        return self.sessions.run_steps(steps)
+
+    def start(self, steps: Steps[T]) -> Future[T]:
+        """Start such a task on the model (`WhisperBackend.start`)."""
+        return self.sessions.start(steps)
 
     # -- one window, for files and live passes ---------------------------------------------------
 
     def log_mel(self, audio: np.ndarray, padding: int) -> np.ndarray:
         """f32 [N] 16 kHz -> its log-mel [n_mels, frames], `padding` zeros appended first."""
         return log_mel_spectrogram(lift_quiet(audio), self.n_mels, padding=padding)
-
-    def encode(self, features: np.ndarray) -> list[np.ndarray]:
-        """A window's log-mel [n_mels, <= 3000] -> its cross K/V, each [1, H, 1500, Dh]."""
-        return encode_window(self.sessions, features)
 
     def decode_window(
         self,
@@ -230,51 +233,14 @@ class Transcriber:
         on_attempt: Callable[[bool], None] | None = None,
         cancel: threading.Event | None = None,
         rng: np.random.Generator | None = None,
-    ) -> DecodedWindow:
-        """Decode the window of `cross` (its cross K/V; `audio_s` seconds of audio) by `plan`,
-        as openai/whisper's `decode_with_fallback`: its attempts in order until the rule accepts
-        one, else the rule's best; one `PrefixMemo` for all; the attempts of one of the plan's
-        batches as one decode, each sampling from its own generator (spawned from `rng`).
-        on_token gets the tokens of every attempt decoded alone; on_attempt(streams) is called
-        before each decode (`WindowPlan.streams`). Raises TranscriptionCancelled once `cancel`
-        is set."""
-        memo = PrefixMemo()
-        results: list[DecodingResult] = []
-        for batch in plan.batches(self.together_rows):
-            tasks = [
-                DecodingTask(
-                    self.sessions, cross, self.tokenizer, plan.attempts[i], memo=memo,
-                    rng=None if rng is None else rng.spawn(1)[0],
-                )
-                for i in batch
-            ]  # fmt: skip
-            if on_attempt is not None:
-                on_attempt(plan.streams(batch[0], tasks[0].no_speech_prob()))
-            try:
-                if len(tasks) == 1:
-                    tried = [tasks[0].run(on_token, cancel)]
-                else:
-                    tried = tasks[0].run_together(tasks[1:], cancel)
-            except DecodingCancelled as e:
-                raise TranscriptionCancelled(str(e)) from e
-            for result in tried:
-                results.append(result)
-                log.debug(
-                    "T=%.1f: %d tokens, avg logprob %.2f, compression %.2f, no-speech %.2f%s",
-                    result.temperature, len(result.tokens), result.avg_logprob,
-                    result.compression_ratio, result.no_speech_prob,
-                    ", looped" if result.looped else "",
-                )  # fmt: skip
-                if not plan.rule.retry(result):
-                    return DecodedWindow(result, plan.verdict(result, audio_s), tuple(results))
-        result = plan.rule.best(results)
-        return DecodedWindow(result, plan.verdict(result, audio_s), tuple(results))
-
-    def segment_words(
-        self, window: WindowAudio, segments: Sequence[Sequence[int]]
-    ) -> list[list[Word]]:
-        """Each segment's words (`segments`: their tokens), aligned to `window`'s audio."""
-        return segment_words(self.sessions, self.tokenizer, window, segments)
+    ) -> Steps[DecodedWindow]:
+        """The window of `cross` decoded by `plan` with this model (`decode_window`)."""
+        return (
+            yield from decode_window(
+                self.sessions, self.tokenizer, self.together_rows, cross, plan, audio_s,
+                on_token=on_token, on_attempt=on_attempt, cancel=cancel, rng=rng,
+            )
+        )  # fmt: skip
 
     # -- the window loop -------------------------------------------------------------------------
 
@@ -283,27 +249,29 @@ class Transcriber:
         if cancel is not None and cancel.is_set():
             raise TranscriptionCancelled("transcription was cancelled")
 
+    @staticmethod
     def _encode(
-        self, mel: np.ndarray, seek: int, content_frames: int, stats: TranscriptionStats
-    ) -> list[np.ndarray]:
+        mel: np.ndarray, seek: int, content_frames: int, stats: TranscriptionStats
+    ) -> Steps[list[np.ndarray]]:
         size = min(N_FRAMES, content_frames - seek)
         with stats.timed("encoder_s"):
-            cross = self.encode(mel[:, seek : seek + max(size, 0)])
+            cross = yield from encode_window(mel[:, seek : seek + max(size, 0)])
         stats.windows += 1
         return cross
 
-    def _generate(self, job: _LongForm) -> Iterator[Segment]:
+    def _generate(self, job: LongForm) -> Iterator[Segment]:
         """The windows of one transcription, in order; the time spent on each (not the time
         the consumer takes between segments) goes to `stats.total_s`."""
         while job.seek < job.content_frames:
             self._check_cancel(job.cancel)
             with job.stats.timed("total_s"):
-                kept = self._window(job)
+                kept = self.sessions.run_steps(self._window(job))
             yield from kept
         log.info("%s", job.stats.summary())
 
-    def _window(self, job: _LongForm) -> list[Segment]:
-        """Decode the window at `job.seek`, advance `job`, and return its segments."""
+    def _window(self, job: LongForm) -> Steps[list[Segment]]:
+        """Decode the window at `job.seek`, advance `job`, and return its segments (a resumable
+        task: its encoder, decoder and aligner calls served by the backend)."""
         tok, options, stats = self.tokenizer, job.options, job.stats
         seek = job.seek
         time_offset = seek * HOP_LENGTH / SAMPLE_RATE  # seconds
@@ -320,7 +288,7 @@ class Transcriber:
         if seek == 0 and job.first_cross is not None:
             cross, job.first_cross = job.first_cross, None
         else:
-            cross = self._encode(job.mel, seek, job.content_frames, stats)
+            cross = yield from self._encode(job.mel, seek, job.content_frames, stats)
 
         hotwords = job.hotwords
         prompt = (
@@ -332,7 +300,7 @@ class Transcriber:
             else None
         )
         plan = file_plan(options, job.language, prompt, options.prefix if seek == 0 else None)
-        decoded = self.decode_window(
+        decoded = yield from self.decode_window(
             cross, plan, segment_duration,
             on_token=None if window is None else window.on_token,
             on_attempt=None if window is None else window.new_attempt,
@@ -393,8 +361,8 @@ class Transcriber:
                     job.language,
                     pad_to=self.n_text_ctx if options.kv_cache == "static" else None,
                 )
-                kept, job.last_speech = add_words(
-                    kept, self.sessions, tok, window_audio, job.last_speech
+                kept, job.last_speech = yield from add_words(
+                    kept, tok, window_audio, job.last_speech
                 )
         if (
             not options.condition_on_previous_text

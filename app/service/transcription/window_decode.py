@@ -1,6 +1,6 @@
 """How one 30 s window is decoded, for a file's windows and a live stream's passes alike: a
 frozen `WindowPlan` (the attempts, the rule that judges them) goes into the one decode,
-`Transcriber.decode_window`, and a `DecodedWindow` (the chosen result and its verdict, as data)
+`decode_window`, and a `DecodedWindow` (the chosen result and its verdict, as data)
 comes out. The caller executes the verdict.
 
 Shaped after openai/whisper's `decode_with_fallback`: the attempts run in order (rising
@@ -24,16 +24,25 @@ result is the one it gives alone, and the first accepted one still stands.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from app.engine.backend import WhisperBackend
-from app.engine.decoding_types import DecodingOptions, DecodingResult
+from app.engine.decoding import DecodingTask, PrefixMemo
+from app.engine.decoding_types import DecodingCancelled, DecodingOptions, DecodingResult
+from app.engine.language_detection import language_steps
+from app.engine.tokenizer import Tokenizer
+from app.runtime.steps import Steps
 from app.service.transcription.fallback import FallbackRule
 from app.service.transcription.options import TranscriptionOptions
 from app.service.transcription.windows import judged_silent
 
+log = logging.getLogger(__name__)
 Verdict = Literal["speech", "silent", "looped"]
 TOGETHER_FROM = 1  # attempts from this index on run together (the module docstring says why)
 # the most self K/V (at a full text context) attempts run together may hold: 25 rows hold
@@ -128,3 +137,64 @@ def file_plan(
         for t in options.temperature
     )
     return WindowPlan(attempts, FallbackRule.of(options))
+
+
+class TranscriptionCancelled(Exception):
+    """The caller's cancel event was set; the transcription stopped at the next decoder step."""
+
+
+def decode_window(
+    sessions: WhisperBackend,
+    tokenizer: Tokenizer,
+    together_rows: int,
+    cross: list[np.ndarray],
+    plan: WindowPlan,
+    audio_s: float,
+    *,
+    on_token: Callable[[int], None] | None = None,
+    on_attempt: Callable[[bool], None] | None = None,
+    cancel: threading.Event | None = None,
+    rng: np.random.Generator | None = None,
+) -> Steps[DecodedWindow]:
+    """Decode the window of `cross` (its cross K/V; `audio_s` seconds of audio) by `plan`,
+    as openai/whisper's `decode_with_fallback`: its attempts in order until the rule accepts
+    one, else the rule's best; one `PrefixMemo` for all; the attempts of one of the plan's
+    batches (at most `together_rows` rows) as one decode, each sampling from its own generator
+    (spawned from `rng`). on_token gets the tokens of every attempt decoded alone;
+    on_attempt(streams) is called before each decode (`WindowPlan.streams`). Raises
+    TranscriptionCancelled once `cancel` is set. A resumable task (`app.runtime.steps`)."""
+    memo = PrefixMemo()
+    results: list[DecodingResult] = []
+    first = plan.attempts[0]
+    if tokenizer.multilingual and first.language is None:  # once, for every attempt
+        memo.language = yield from language_steps(sessions, cross, tokenizer, first.kv_cache)
+    for batch in plan.batches(together_rows):
+        tasks = [
+            DecodingTask(
+                sessions, cross, tokenizer, plan.attempts[i], memo=memo,
+                rng=None if rng is None else rng.spawn(1)[0],
+            )
+            for i in batch
+        ]  # fmt: skip
+        try:
+            if on_attempt is not None:
+                no_speech = yield from tasks[0].no_speech_steps()
+                on_attempt(plan.streams(batch[0], no_speech))
+            if len(tasks) == 1:
+                tried = [(yield from tasks[0].steps(on_token, cancel))]
+            else:
+                tried = yield from tasks[0].together_steps(tasks[1:], cancel)
+        except DecodingCancelled as e:
+            raise TranscriptionCancelled(str(e)) from e
+        for result in tried:
+            results.append(result)
+            log.debug(
+                "T=%.1f: %d tokens, avg logprob %.2f, compression %.2f, no-speech %.2f%s",
+                result.temperature, len(result.tokens), result.avg_logprob,
+                result.compression_ratio, result.no_speech_prob,
+                ", looped" if result.looped else "",
+            )  # fmt: skip
+            if not plan.rule.retry(result):
+                return DecodedWindow(result, plan.verdict(result, audio_s), tuple(results))
+    result = plan.rule.best(results)
+    return DecodedWindow(result, plan.verdict(result, audio_s), tuple(results))

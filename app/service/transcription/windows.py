@@ -8,10 +8,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from app.engine.backend import WhisperBackend
 from app.engine.mel import pad_or_trim
 from app.engine.vad_spans import restore_time
 from app.runtime.contract import N_FRAMES, TIME_PRECISION
+from app.runtime.steps import EncoderInputs, Steps
 from app.service.transcription.results import Segment
 
 INPUT_STRIDE = N_FRAMES // 1500  # mel frames per timestamp step (2)
@@ -42,11 +42,11 @@ def judged_silent(
     return log_prob_threshold is None or avg_logprob <= log_prob_threshold
 
 
-def encode_window(backend: WhisperBackend, features: np.ndarray) -> list[np.ndarray]:
+def encode_window(features: np.ndarray) -> Steps[list[np.ndarray]]:
     """A window's log-mel [n_mels, <= 3000] (padded here to 3000 frames) -> its cross K/V,
-    each [1, H, 1500, Dh]."""
+    each [1, H, 1500, Dh] (one encoder call)."""
     window = pad_or_trim(features, N_FRAMES)  # [n_mels, 3000]
-    return backend.encode(np.ascontiguousarray(window[None]))
+    return (yield EncoderInputs(np.ascontiguousarray(window[None])))
 
 
 def restore_times(

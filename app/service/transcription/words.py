@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from app.engine.backend import WhisperBackend
 from app.engine.timing import align_words, assign_words, frame_levels, group_words
 from app.engine.tokenizer import Tokenizer
+from app.runtime.steps import Steps
 from app.service.transcription.results import Segment, Word
 
 
@@ -35,17 +35,15 @@ class WindowAudio:
 
 
 def segment_words(
-    backend: WhisperBackend,
     tokenizer: Tokenizer,
     window: WindowAudio,
     segments: Sequence[Sequence[int]],
-) -> list[list[Word]]:
+) -> Steps[list[list[Word]]]:
     """The text tokens of a window's segments (`segments`: each one's tokens, timestamps
     ignored) aligned to its audio: each segment's words, seconds from the window's start."""
     eot = tokenizer.eot
     text = [[t for t in tokens if t < eot] for tokens in segments]
-    words = align_words(
-        backend,
+    words = yield from align_words(
         window.cross,
         tokenizer,
         window.sot_sequence,
@@ -59,14 +57,13 @@ def segment_words(
 
 def add_words(
     segments: list[Segment],
-    backend: WhisperBackend,
     tokenizer: Tokenizer,
     window: WindowAudio,
     last_speech: float,
-) -> tuple[list[Segment], float]:
+) -> Steps[tuple[list[Segment], float]]:
     """A file window's `segments`, each with its words; and the end of the last speech, for the
     next window. A segment's first word starts where its sound does (the window's levels)."""
-    groups = segment_words(backend, tokenizer, window, [s.tokens for s in segments])
+    groups = yield from segment_words(tokenizer, window, [s.tokens for s in segments])
     placed, last_speech = assign_words(
         groups, [(s.start, s.end) for s in segments], window.time_offset, last_speech,
         frame_levels(window.features),
