@@ -15,7 +15,7 @@ its outputs; the backend serves it (`run_steps`), alone or batched with other re
 
 Cross K/V (one window, batch 1) are passed in and never copied. The prefilled prefix can be kept
 in a `PrefixMemo` so the transcriber's temperature-fallback attempts on the same window reuse it;
-sampling attempts can also run as the rows of one decode (`DecodingTask.run_together`: each
+sampling attempts can also run as the rows of one decode (`DecodingTask.together_steps`: each
 group of rows samples from its own generator, so each gives what it gives alone).
 
 Streaming (`on_token`): for greedy decoding every accepted token is reported as it is chosen. With
@@ -229,11 +229,6 @@ class DecodingTask:
     ) -> Steps[DecodingResult]:
         """This decode as a resumable task (`app.runtime.steps`)."""
         return (yield from self._steps((self,), on_token, cancel))[0]
-
-    def run_together(
-        self, others: Sequence[DecodingTask], cancel: threading.Event | None = None
-    ) -> list[DecodingResult]:
-        return self.sessions.run_steps(self.together_steps(others, cancel))
 
     def together_steps(
         self, others: Sequence[DecodingTask], cancel: threading.Event | None = None

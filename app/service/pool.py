@@ -194,9 +194,10 @@ class WorkerPool:
         """The job's future is done: it ran on its thread (or was dropped while waiting); one
         that handed its work on leaves when that work ends (`_handed_ended`)."""
         if not future.cancelled() and future.exception() is None:
+            key = id(future.result())
             with self._lock:
-                handed = id(future.result()) in self._handed
-                self._handed.discard(id(future.result()))
+                handed = key in self._handed
+                self._handed.discard(key)
             if handed:
                 return
         self._left()

@@ -93,7 +93,7 @@ def test_attempts_decoded_together_give_what_each_gives_alone(
 
     alone = [task.run() for task in tasks(PrefixMemo())]
     first, *others = tasks(PrefixMemo())
-    together = first.run_together(others)
+    together = tiny_exact.run_steps(first.together_steps(others))
     assert [r.temperature for r in together] == list(temperatures)
     for a, b in zip(alone, together, strict=True):
         assert a.tokens == b.tokens and a.text == b.text
