@@ -75,9 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time every word (json and verbose_json print them)",
     )
-    t.add_argument("--kv-cache", choices=CACHE_MODES, default="concat")
+    t.add_argument(
+        "--kv-cache",
+        choices=CACHE_MODES,
+        default=None,
+        help="self-attention cache (default: static on a static device (NPU), else concat)",
+    )
     t.add_argument("--ep", choices=EXECUTION_PROVIDERS, default="openvino")
     t.add_argument("--device", default="AUTO", help=f"OpenVINO device: {', '.join(DEVICES)}")
+    t.add_argument(
+        "--npu-emulation",
+        action="store_true",
+        help="run the NPU device through OpenVINO's NPU plugin with NPUW on the CPU",
+    )
     t.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = all cores)")
     t.add_argument(
         "--precision",
@@ -121,8 +131,10 @@ def transcribe_command(args: argparse.Namespace) -> int:
         threads=args.threads,
         inference_precision=args.precision,
         activation_quantization=args.activation_quantization,
+        npu_emulation=args.npu_emulation,
     )
     sessions = WhisperSessions.load(folder, runtime)
+    args.kv_cache = args.kv_cache or ("static" if sessions.static else "concat")
     tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
     load_s = time.perf_counter() - started
 

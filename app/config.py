@@ -139,7 +139,17 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(
         default=None, description="If set, `Authorization: Bearer <key>` is required (not /health)."
     )
-    ov_cache_dir: Path | None = Field(default=None, description="OpenVINO compiled-model cache.")
+    ov_cache_dir: Path | None = Field(
+        default=None,
+        description="OpenVINO compiled-model cache; default: MODELS_DIR/.ov-cache for a static "
+        "device (NPU), so a restart loads its compiled graphs instead of compiling them, none "
+        "for CPU and GPU.",
+    )
+    npu_emulation: bool = Field(
+        default=False,
+        description="Run the NPU device through OpenVINO's NPU plugin with its partitioner (NPUW) "
+        "on the CPU, for machines without an NPU (tests, CI): the NPU path with the CPU computing.",
+    )
     diarization: bool = Field(
         default=True,
         description="Speaker diarization (response_format=diarized_json, diarize=true, the model "
@@ -149,7 +159,8 @@ class Settings(BaseSettings):
     diarization_device: Device | None = Field(
         default=None,
         description="OpenVINO device of the speaker models (loaded by the first diarized "
-        "request); default DEVICE.",
+        "request); default DEVICE, but the CPU when DEVICE is NPU (the speaker embedding takes "
+        "audio of any length: a static device would compile per length).",
     )
     vad_filter: bool = Field(
         default=True,
@@ -287,8 +298,10 @@ class Settings(BaseSettings):
 
     @property
     def resolved_diarization_device(self) -> str:
-        """DIARIZATION_DEVICE, or DEVICE when it is not set."""
-        return self.diarization_device or self.device
+        """DIARIZATION_DEVICE, or DEVICE when it is not set (the CPU for an NPU)."""
+        if self.diarization_device:
+            return self.diarization_device
+        return "CPU" if self.device.split(".")[0].upper() == "NPU" else self.device
 
     @property
     def max_upload_bytes(self) -> int:

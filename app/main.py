@@ -41,6 +41,7 @@ from app.export import names
 from app.export.child import ChildBuildError, obtain_in_child
 from app.export.errors import BuildError
 from app.export.vad import ensure_sequence_graphs
+from app.runtime.graphs import compile_counts
 from app.runtime.memory import release_free_memory, tune_malloc
 from app.runtime.placement import RuntimeOptions
 from app.service.batching.records import BatchingOptions
@@ -93,6 +94,7 @@ def runtime_options(settings: Settings) -> RuntimeOptions:
         cache_dir=settings.ov_cache_dir,
         inference_precision=settings.precision,
         activation_quantization=settings.activation_quantization,
+        npu_emulation=settings.npu_emulation,
     )
 
 
@@ -107,9 +109,7 @@ def build_models(settings: Settings) -> ModelManager:
     default = settings.resolved_default_model
     aliases = {a: default for a in OPENAI_MODEL_ALIASES if a not in settings.models}
     batching = None
-    # the static cache (the NPU path) keeps the decoder at one input shape; a batch of varying
-    # size would make a static-shape device compile one graph per batch size
-    if settings.batching and settings.kv_cache != "static":
+    if settings.batching:
         batching = BatchingOptions(
             max_rows=settings.batch_max_rows,
             max_padding=settings.batch_max_padding,
@@ -320,6 +320,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         on_idle=release_free_memory,
     )
     collector.bind_pool(pool)
+    collector.bind_compiles(compile_counts)
     manager, gate = build_models(settings), ServerGate()
     limits = LiveLimits(settings.stream_max_session_s, settings.stream_max_buffered_s)
     live = LiveHost(manager, pool, gate, limits, settings.stream_max_sessions)

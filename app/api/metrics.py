@@ -8,6 +8,7 @@ time to the first streamed delta, queue depth, running jobs and active streams. 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -16,7 +17,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.service.batching.records import StepRecord
@@ -160,6 +163,11 @@ class Metrics:
         self.workers.set(pool.workers)
         self.queue_limit.set(pool.max_queue)
 
+    def bind_compiles(self, counts: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        """`stt_graph_compiles_total{device, source}`: graphs compiled ("compiled") or loaded
+        from the compiled-model cache ("cache"), as `counts()` reads them when scraped."""
+        self.registry.register(_CompilesCollector(counts))
+
     def observe_result(
         self, model: str, result: TranscriptionResult, queue_wait_s: float, total_s: float
     ) -> None:
@@ -177,6 +185,22 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _CompilesCollector(Collector):
+    def __init__(self, counts: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "stt_graph_compiles",
+            "Graphs compiled for a device (source compiled) or loaded compiled from the cache "
+            "(source cache); on a static device (NPU) all at start-up, none during a request",
+            labels=["device", "source"],
+        )
+        for (device, source), n in sorted(self._counts().items()):
+            family.add_metric([device, source], n)
+        yield family
 
 
 def batch_rows(exposition: str, model: str, kind: str = "decode") -> tuple[float, float]:

@@ -140,13 +140,18 @@ class KVCache(ABC):
         return n, absolute, np.empty((self.batch, len(absolute), self.n_vocab), np.float32)
 
     @staticmethod
-    def _picked(absolute: list[int], first: int, new_tokens: int) -> tuple[list[int], np.ndarray]:
-        """For a call feeding positions first..first+T-1: which requested positions it covers
-        (their indices into `absolute`) and its `logits_at` (their offsets; the last position
-        when it covers none: the graph computes logits at one position at least)."""
-        covered = [i for i, p in enumerate(absolute) if first <= p < first + new_tokens]
-        offsets = [absolute[i] - first for i in covered] or [new_tokens - 1]
-        return covered, np.asarray(offsets, dtype=np.int64)
+    def _picked(
+        absolute: list[int], first: int, new_tokens: int
+    ) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """For a call feeding positions first..first+T-1: the requested positions it covers, as
+        (index into `absolute`, index into its logits), and its `logits_at` (each covered
+        offset once, ascending: a position asked for twice, the sot that is also the last
+        token, is computed once and a step keeps one shape; the last position when it covers
+        none: the graph computes logits at one position at least)."""
+        offsets = sorted({p - first for p in absolute if first <= p < first + new_tokens})
+        row = {offset: j for j, offset in enumerate(offsets)}
+        covered = [(i, row[p - first]) for i, p in enumerate(absolute) if p - first in row]
+        return covered, np.asarray(offsets or [new_tokens - 1], dtype=np.int64)
 
     def _decode_steps(
         self,
@@ -237,10 +242,10 @@ class _SlotCache(KVCache):
             for buf, k in zip(self.buffers, new, strict=True):
                 buf[:, :, chunk_start:chunk_end] = k
             self.length = chunk_end
-            if len(covered) == len(absolute):  # this call gave them all, in order (a step)
+            if covered == list(enumerate(range(len(absolute)))):  # all of them, in order
                 out = logits
                 continue
-            for j, i in enumerate(covered):
+            for i, j in covered:
                 out[:, i] = logits[:, j]
         return out
 

@@ -8,6 +8,7 @@ queries), their weights files `<graph>.onnx.data`, `tokenizer.json` and `manifes
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,32 @@ def decoder_output_names(n_layers: int) -> list[str]:
     """The step's outputs, then `alignment_queries` [B, A, T, Dh]: the cross-attention queries
     (unscaled) of the manifest's alignment heads, in its order (word timing)."""
     return [*decoder_step_output_names(n_layers), ALIGNMENT_QUERIES]
+
+
+def static_feed_shapes(dims: Dims, rows: Sequence[int]) -> dict[str, list[dict[str, tuple]]]:
+    """Per graph, the feeds' shapes a device that compiles fixed shapes only (NPU) compiles at
+    load, so no request compiles: the encoder's one window; the decoder's static-cache step
+    (one new token, the past and `attention_mask` over all n_text_ctx slots, the window's cross
+    K/V of one row broadcast over the rest) at each row count of `rows`; word timing's prefill
+    of one n_text_ctx-token row from position 0 (logits at every position, an empty past)."""
+    heads, dh, ctx = dims.n_heads, dims.head_dim, dims.n_text_ctx
+    layers = dims.n_text_layer
+    cross = {name: (1, heads, dims.n_audio_ctx, dh) for name in encoder_output_names(layers)}
+
+    def decoder(batch: int, new: int, past: int) -> dict[str, tuple]:
+        return {
+            "input_ids": (batch, new),
+            "position_ids": (batch, new),
+            "attention_mask": (batch, past + new),
+            LOGITS_AT: (1 if new == 1 else new,),
+            **{name: (batch, heads, past, dh) for name in past_names(layers)},
+            **cross,
+        }
+
+    return {
+        "encoder": [{"input_features": (1, dims.n_mels, N_FRAMES)}],
+        "decoder": [*(decoder(r, 1, ctx) for r in rows), decoder(1, ctx, 0)],
+    }
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,17 @@ tensors that share the numpy arrays' memory, and an input or output can be decla
 (`bf16_ports`) so a CPU that computes bf16 takes a window's cross K/V as they will be read,
 with no f32 -> bf16 reorder of 18-61 MB on every decoder step (the EP refuses bf16 inputs;
 `benchmarks/results/openvino_api.md`). A device that only takes static shapes (NPU) gets the graph
-compiled once per input shape it meets.
+compiled at load for the shapes it is given (`static_shapes`: calls of other row counts are
+padded or split onto them); every compile is counted (`compile_counts`, for `/metrics`).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -25,10 +28,14 @@ import onnxruntime as ort
 import openvino as ov
 from openvino.preprocess import PrePostProcessor
 
+from app.runtime.static_shapes import Shapes, piece_feed, pieces, shapes_of
+
+log = logging.getLogger(__name__)
+
 BF16 = np.dtype(ml_dtypes.bfloat16)  # host dtype of bf16 inputs and outputs
 OPENVINO = "OpenVINO"  # `Graph.provider` of graphs run by OpenVINO
 ORT_CPU = "CPUExecutionProvider"  # ... and by ONNX Runtime's CPU provider
-_STATIC_DEVICES = ("NPU",)  # devices that compile a graph for fixed input shapes only
+STATIC_DEVICES = ("NPU",)  # devices that compile a graph for fixed input shapes only
 # What makes each runtime compute the int8-input layers in float, exactly on their int8 grids,
 # for a CPU without int8 dot products (there int8 x int8 pair sums saturate: `cpu_kind`): OpenVINO
 # CPU's low-precision transformations off (a QuantizeLinear/DequantizeLinear pair then runs as
@@ -59,6 +66,24 @@ class Graph(Protocol):
 def openvino_core() -> ov.Core:
     """The process's OpenVINO core (plugins load once)."""
     return ov.Core()
+
+
+# (device family, "compiled" | "cache") -> graphs this process compiled or loaded compiled
+_compiles: Counter[tuple[str, str]] = Counter()
+_compiles_lock = threading.Lock()
+
+
+def compile_counts() -> dict[tuple[str, str], int]:
+    """How many graphs this process compiled, per device family and source: "compiled" (the
+    plugin compiled it), "cache" (loaded from the compiled-model cache), e.g.
+    {("NPU", "compiled"): 4}."""
+    with _compiles_lock:
+        return dict(_compiles)
+
+
+def is_static(device: str) -> bool:
+    """`device` compiles a graph for fixed input shapes only (NPU)."""
+    return device.split(".")[0] in STATIC_DEVICES
 
 
 def openvino_devices() -> list[str]:
@@ -132,7 +157,11 @@ class OpenVINOGraph:
         device: str,
         properties: Mapping[str, str],
         bf16_ports: Iterable[str] = (),
+        static_shapes: Iterable[Mapping[str, Sequence[int]]] = (),
     ) -> None:
+        """static_shapes: on a static-shape device, the feeds' shapes to compile now (a call of
+        another shape is served by them, `static_shapes.pieces`, or compiled when it meets none
+        of them)."""
         model = openvino_core().read_model(str(path))
         bf16 = set(bf16_ports)
         if bf16:
@@ -143,40 +172,79 @@ class OpenVINOGraph:
         self.output_names = [p.get_any_name() for p in model.outputs]
         self._inputs = frozenset(self.input_names)  # every call binds every one
         self._output_ports = {p.get_any_name(): p for p in model.outputs}
-        self._static = device.split(".")[0] in _STATIC_DEVICES
+        self._static = is_static(device)
         self._model = model if self._static else None  # reshaped and compiled per input shape
-        self._compiled: dict[tuple, ov.CompiledModel] = {}
-        if not self._static:
-            self._compiled[()] = self._compile(model)
+        self._compiled: dict[Shapes, ov.CompiledModel] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
+        if not self._static:
+            self._compiled[()] = self._compile(model)
+        for shapes in static_shapes if self._static else ():
+            key = tuple(sorted((name, tuple(shape)) for name, shape in shapes.items()))
+            self._compiled_for(key)
 
     def _compile(self, model: ov.Model) -> ov.CompiledModel:
-        return openvino_core().compile_model(model, self._device, self._properties)
+        compiled = openvino_core().compile_model(model, self._device, self._properties)
+        try:
+            cached = bool(compiled.get_property("LOADED_FROM_CACHE"))
+        except RuntimeError:  # a plugin that does not say
+            cached = False
+        with _compiles_lock:
+            _compiles[self._device.split(".")[0], "cache" if cached else "compiled"] += 1
+        return compiled
 
-    def _request(self, feed: Mapping[str, np.ndarray]) -> tuple[ov.InferRequest, _InputBinding]:
-        key = tuple((name, a.shape) for name, a in feed.items()) if self._static else ()
+    def _compiled_for(self, key: Shapes) -> ov.CompiledModel:
+        """The graph compiled for the input shapes `key` (static devices), compiled now if new."""
+        with self._lock:
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                assert self._model is not None
+                model = self._model.clone()
+                model.reshape({name: ov.PartialShape(list(shape)) for name, shape in key})
+                compiled = self._compiled[key] = self._compile(model)
+            return compiled
+
+    def _request(self, key: Shapes) -> tuple[ov.InferRequest, _InputBinding]:
         requests = self._local.__dict__.setdefault("requests", {})
         found = requests.get(key)
         if found is None:
-            with self._lock:
-                compiled = self._compiled.get(key)
-                if compiled is None:
-                    assert self._model is not None
-                    model = self._model.clone()
-                    model.reshape({name: ov.PartialShape(list(shape)) for name, shape in key})
-                    compiled = self._compiled[key] = self._compile(model)
-            request = compiled.create_infer_request()
+            request = self._compiled_for(key).create_infer_request()
             found = requests[key] = (request, _InputBinding(request))
         return found
 
-    def run(self, output_names, feed) -> list[np.ndarray]:
-        self._check(feed)
-        request, inputs = self._request(feed)
+    def _infer(
+        self, key: Shapes, output_names: Sequence[str], feed: Mapping[str, np.ndarray]
+    ) -> list[np.ndarray]:
+        request, inputs = self._request(key)
         held = inputs.bind(feed)
         request.infer()
         del held
         return [_copy(request.get_tensor(name)) for name in output_names]
+
+    def _run_static(
+        self, output_names: Sequence[str], feed: Mapping[str, np.ndarray]
+    ) -> list[np.ndarray]:
+        """A call on the shapes compiled for it: as it is, or padded / split onto them."""
+        shapes = shapes_of(feed)
+        if shapes in self._compiled:
+            return self._infer(shapes, output_names, feed)
+        parts = pieces(shapes, list(self._compiled))
+        if not parts:
+            log.warning("%s: compiling for new input shapes %s", self._device, dict(shapes))
+            return self._infer(shapes, output_names, feed)
+        outputs = []
+        for part in parts:
+            values = self._infer(part.key, output_names, piece_feed(feed, part))
+            outputs.append([v[: part.stop - part.start] for v in values])
+        if len(outputs) == 1:
+            return outputs[0]
+        return [np.concatenate(column) for column in zip(*outputs, strict=True)]
+
+    def run(self, output_names, feed) -> list[np.ndarray]:
+        self._check(feed)
+        if self._static:
+            return self._run_static(output_names, feed)
+        return self._infer((), output_names, feed)
 
     def run_into(self, feed, outputs) -> None:
         if self._static:  # a device's outputs are copied to the host anyway
@@ -184,7 +252,7 @@ class OpenVINOGraph:
                 np.copyto(out, value)
             return
         self._check(feed)
-        request, inputs = self._request(feed)
+        request, inputs = self._request(())
         held = [*inputs.bind(feed), *_bind(request, outputs)]
         try:
             request.infer()

@@ -2,10 +2,16 @@
 else GPU, else CPU as OpenVINO reports them; a device asked for by name that is missing is an
 error, never a silent CPU fallback), the inference precision, the OpenVINO properties that follow
 from them and the CPU kind, the arithmetic each stage runs (for `/health` and the log), and
-`open_graph`, which opens one graph so."""
+`open_graph`, which opens one graph so.
+
+NPU emulation (`RuntimeOptions.npu_emulation`, for machines without an NPU: CI, development) runs
+the NPU device through OpenVINO's NPU plugin with its own partitioner (NPUW) and the CPU as its
+worker, as openvino.genai's own NPU tests do: the plugin, static shapes and compile path of a
+real NPU, with the CPU computing."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,11 +21,23 @@ from app.runtime.graphs import (
     Graph,
     OpenVINOGraph,
     OrtGraph,
+    openvino_core,
+    openvino_devices,
 )
 
 EXECUTION_PROVIDERS = ("openvino", "cpu")
 DEVICES = ("AUTO", "NPU", "GPU", "CPU")
 _AUTO_ORDER = ("NPU", "GPU", "CPU")
+# the NPU plugin's own partitioner with the CPU as its worker: an NPU without an NPU
+NPU_EMULATION = {"NPU_USE_NPUW": "YES", "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}
+# ... whose CPU worker compiles with the CPU plugin's defaults, set so: f32 (under bf16 OpenVINO
+# 2025.4's CPU plugin fails on the static-shape decoder: "BrgemmCPU node has incompatible input
+# element types"), no dynamic activation quantization (the CPU default on f32 quantizes the int8
+# layers' inputs per token and changed 2 of the 7 English clips' words against the CPU path), the
+# int8-input layers exact on this CPU kind as on the CPU device (checked under
+# ONEDNN_MAX_CPU_ISA=AVX2: off their grid without, exact with)
+NPU_EMULATION_WORKER = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+STATIC_ROWS = (1, 5)  # decoder rows a static device compiles: greedy; 5 beams or samples
 
 
 class DeviceError(RuntimeError):
@@ -37,6 +55,10 @@ class RuntimeOptions:
         quantize their inputs too, per token in groups of 32 (int8 x int8 products, as
         CTranslate2's int8 does); "off" = the weights are expanded inside an f32/bf16 product;
         "auto" = off (it changes words on today's files: `_activation_groups`).
+    npu_emulation: the NPU device runs through the NPU plugin with NPUW on the CPU (`NPU` is
+        then available even where OpenVINO reports none).
+    static_rows: the decoder row counts a static device (NPU) compiles at load; calls of other
+        row counts are padded or split onto them (`static_shapes`).
     """
 
     ep: str = "openvino"
@@ -47,6 +69,8 @@ class RuntimeOptions:
     cache_dir: Path | None = None
     inference_precision: str | None = None
     activation_quantization: str = "auto"
+    npu_emulation: bool = False
+    static_rows: tuple[int, ...] = STATIC_ROWS
 
     def __post_init__(self) -> None:
         if self.ep not in EXECUTION_PROVIDERS:
@@ -65,6 +89,14 @@ class RuntimeOptions:
             raise DeviceError(
                 f"unknown precision {self.inference_precision!r}: use {', '.join(PRECISIONS)}"
             )
+
+
+def available_devices(options: RuntimeOptions) -> list[str]:
+    """The OpenVINO devices `options` can place a graph on here (the emulated NPU included)."""
+    found = openvino_devices()
+    if options.npu_emulation and not any(d.split(".")[0] == "NPU" for d in found):
+        found.append("NPU")
+    return found
 
 
 def resolve_device(requested: str, available: list[str]) -> str:
@@ -113,9 +145,10 @@ def openvino_properties(
     threads: int = 0,
     cache_dir: Path | None = None,
     kind: CpuKind | None = None,
+    npu_emulation: bool = False,
 ) -> dict[str, str]:
     """OpenVINO compile properties for one graph on `device`, for the CPU `kind` (default: this
-    one, as `ONEDNN_MAX_CPU_ISA` holds it)."""
+    one, as `ONEDNN_MAX_CPU_ISA` holds it); npu_emulation: the NPU through NPUW on the CPU."""
     kind = kind or this_cpu()
     family = device.split(".")[0]
     properties: dict[str, str] = {}
@@ -128,6 +161,8 @@ def openvino_properties(
         properties.update(int8_input_properties(kind))
         if threads:
             properties["INFERENCE_NUM_THREADS"] = str(threads)
+    if family == "NPU" and npu_emulation:
+        properties.update(NPU_EMULATION)
     if cache_dir is not None:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         properties["CACHE_DIR"] = str(cache_dir)
@@ -156,7 +191,12 @@ def resolved_precision(
 
 
 def arithmetic(
-    ep: str, device: str, precision: str | None, int8_inputs: bool, kind: CpuKind | None = None
+    ep: str,
+    device: str,
+    precision: str | None,
+    int8_inputs: bool,
+    kind: CpuKind | None = None,
+    npu_emulation: bool = False,
 ) -> str:
     """What a graph computes in, as `/health` and the start-up log say it: e.g. "bf16, int8
     inputs int8 x int8 (AVX-512 BF16 + AMX)", "f32, int8 inputs in float on their int8 grids
@@ -167,6 +207,11 @@ def arithmetic(
         compute = "f32"
     else:
         compute = resolved_precision(device, precision, kind) or f"the {family} default"
+    if ep == "openvino" and family == "NPU" and npu_emulation:
+        how = "in float on their int8 grids" if not kind.int8_dot_products else "int8 x int8"
+        inputs = f", int8 inputs {how}" if int8_inputs else ""
+        worker = NPU_EMULATION_WORKER["INFERENCE_PRECISION_HINT"]
+        return f"{worker}{inputs}; NPU emulated: NPUW on the CPU ({kind.name})"
     if not int8_inputs:
         return compute
     if ep == "openvino" and family != "CPU":
@@ -185,10 +230,13 @@ def open_graph(
     activation_quantization: str = "auto",
     bf16_ports: tuple[str, ...] = (),
     shrink_arena: bool = False,
+    static_shapes: Sequence[Mapping[str, Sequence[int]]] = (),
+    npu_emulation: bool = False,
 ) -> Graph:
     """A graph on OpenVINO (`ep="openvino"`, on `device`) or ONNX Runtime's CPU provider
     (`ep="cpu"`); `bf16_ports` (OpenVINO) are the inputs and outputs handed over as bf16;
-    `shrink_arena` (ONNX Runtime; OpenVINO has no such arena): `OrtGraph`'s."""
+    `shrink_arena` (ONNX Runtime; OpenVINO has no such arena): `OrtGraph`'s; `static_shapes`:
+    the shapes a static device compiles now (`OpenVINOGraph`)."""
     try:
         if ep == "cpu":
             int8 = this_cpu().int8_dot_products
@@ -199,7 +247,10 @@ def open_graph(
             activation_quantization,
             threads,
             cache_dir,
+            npu_emulation=npu_emulation,
         )
-        return OpenVINOGraph(path, device, properties, bf16_ports)
+        if npu_emulation and device.split(".")[0] == "NPU":
+            openvino_core().set_property("CPU", NPU_EMULATION_WORKER | int8_input_properties())
+        return OpenVINOGraph(path, device, properties, bf16_ports, static_shapes)
     except Exception as e:  # onnxruntime's Fail/InvalidProtobuf/... derive from Exception only
         raise DeviceError(f"cannot load {path.name} on {ep}/{device}: {e}") from e

@@ -16,14 +16,11 @@ import numpy as np
 
 from app.runtime import alignment, contract, mapped_weights
 from app.runtime.contract import ContractError, Manifest
-from app.runtime.graphs import (
-    BF16,
-    Graph,
-    openvino_devices,
-)
+from app.runtime.graphs import BF16, Graph, is_static
 from app.runtime.placement import (
     RuntimeOptions,
     arithmetic,
+    available_devices,
     open_graph,
     resolve_device,
     resolved_precision,
@@ -32,6 +29,7 @@ from app.runtime.steps import Steps, serve_steps
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+OV_CACHE_FOLDER = ".ov-cache"  # beside the model folders: compiled graphs of static devices
 
 
 class WhisperSessions:
@@ -90,7 +88,7 @@ class WhisperSessions:
         missing = contract.missing_files(folder)
         if missing:
             raise ContractError(f"{folder} lacks {', '.join(missing)}: rebuild the model")
-        available = openvino_devices() if options.ep == "openvino" else []
+        available = available_devices(options) if options.ep == "openvino" else []
         devices = {"encoder": "CPU", "decoder": "CPU"}
         if options.ep == "openvino":
             for stage in devices:
@@ -110,19 +108,25 @@ class WhisperSessions:
             and devices["decoder"].split(".")[0] == "CPU"
             and resolved_precision(devices["decoder"], options.inference_precision) == "bf16"
         )
+        static_shapes = contract.static_feed_shapes(manifest.dims, options.static_rows)
         graphs: dict[str, Graph] = {}
         computes: dict[str, str] = {}
         for stage in ("encoder", "decoder"):
             started = time.perf_counter()
+            static = options.ep == "openvino" and is_static(devices[stage])
+            # a static device compiles at load: its compiled graphs are kept for the next start
+            cache_dir = options.cache_dir or (folder.parent / OV_CACHE_FOLDER if static else None)
             graph = open_graph(
                 folder / f"{stage}.onnx",
                 options.ep,
                 devices[stage],
                 options.threads,
-                options.cache_dir,
+                cache_dir,
                 options.inference_precision,
                 activation_quantization=options.activation_quantization,
                 bf16_ports=kv_names[stage] if bf16_kv else (),
+                static_shapes=static_shapes[stage] if static else (),
+                npu_emulation=options.npu_emulation,
             )
             contract.check_io(
                 stage, graph.input_names, graph.output_names, manifest.dims.n_text_layer
@@ -141,6 +145,7 @@ class WhisperSessions:
                 devices[stage],
                 options.inference_precision,
                 int8_inputs=manifest.precision == "int8",
+                npu_emulation=options.npu_emulation,
             )
             log.info("%s/%s computes in %s", folder.name, stage, computes[stage])
         devices["aligner"] = devices["decoder"]  # word timing runs on the decoder's graph
@@ -156,6 +161,12 @@ class WhisperSessions:
             kv_dtype,
             computes,
         )
+
+    @property
+    def static(self) -> bool:
+        """The decoder runs on a device that compiles fixed shapes only (NPU): decodes use the
+        static cache, whose shapes it compiled at load."""
+        return self.ep == "openvino" and is_static(self.devices["decoder"])
 
     @property
     def providers(self) -> dict[str, str]:

@@ -114,9 +114,6 @@ def test_batching_settings_reach_the_models(clean_env: pytest.MonkeyPatch) -> No
     clean_env.setenv("STT_BATCH_MAX_ROWS", "12")
     batching = build_models(Settings()).open_options.batching
     assert batching is not None and batching.max_rows == 12
-    clean_env.setenv("STT_KV_CACHE", "static")  # one decoder shape for an NPU: no batching
-    assert build_models(Settings()).open_options.batching is None
-    clean_env.setenv("STT_KV_CACHE", "concat")
     clean_env.setenv("STT_BATCHING", "false")
     assert build_models(Settings()).open_options.batching is None
 
