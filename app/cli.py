@@ -78,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--kv-cache",
         choices=CACHE_MODES,
-        default=None,
-        help="self-attention cache (default: static on a static device (NPU), else concat)",
+        default="concat",
+        help="self-attention cache (a decoder on an NPU always uses static)",
     )
     t.add_argument("--ep", choices=EXECUTION_PROVIDERS, default="openvino")
     t.add_argument("--device", default="AUTO", help=f"OpenVINO device: {', '.join(DEVICES)}")
@@ -134,7 +134,6 @@ def transcribe_command(args: argparse.Namespace) -> int:
         npu_emulation=args.npu_emulation,
     )
     sessions = WhisperSessions.load(folder, runtime)
-    args.kv_cache = args.kv_cache or ("static" if sessions.static else "concat")
     tokenizer = Tokenizer.from_folder(folder, sessions.manifest)
     load_s = time.perf_counter() - started
 

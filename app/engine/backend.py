@@ -37,6 +37,12 @@ class WhisperBackend(Protocol):
         ...
 
     @property
+    def static(self) -> bool:
+        """The decoder runs on a device that compiles fixed input shapes only (NPU): every decode
+        uses the static cache (`kv_cache.make_cache`), the aligner one fixed width (`align`)."""
+        ...
+
+    @property
     def kv_dtype(self) -> np.dtype:
         """The dtype of every K/V array the calls take and give (f32, or bf16 where the decoder
         computes bf16)."""

@@ -339,7 +339,8 @@ class NoCache(KVCache):
 def make_cache(
     mode: str, sessions: WhisperBackend, cross: list[np.ndarray], batch: int = 1
 ) -> KVCache:
-    """A fresh cache of the given mode ("concat" | "static" | "none") for one decode."""
+    """A fresh cache of the given mode ("concat" | "static" | "none") for one decode; always the
+    static one on a static-shape device (`sessions.static`: the shapes it compiled at load)."""
     classes: dict[str, type[KVCache]] = {
         "concat": ConcatCache,
         "static": StaticCache,
@@ -349,4 +350,4 @@ def make_cache(
         cls = classes[mode]
     except KeyError:
         raise ValueError(f"unknown kv_cache mode {mode!r}; expected one of {CACHE_MODES}") from None
-    return cls(sessions, cross, batch)
+    return (StaticCache if sessions.static else cls)(sessions, cross, batch)

@@ -173,13 +173,12 @@ def align_words(
     language: str | None,
     text_tokens: Sequence[int],
     n_frames: int,
-    pad_to: int | None = None,
 ) -> Steps[list[Word]]:
     """Words of one window's text tokens (seconds from the window's start), as a resumable task
     (`app.runtime.steps`: its one aligner call).
 
     cross: the window's cross K/V, each [1, H, 1500, Dh]; n_frames: encoder frames holding
-    audio; pad_to: run the aligner on rows of this fixed length (static-shape devices).
+    audio.
     """
     if not text_tokens:
         return []
@@ -187,11 +186,9 @@ def align_words(
     prefix = [*sot_sequence, tokenizer.no_timestamps]
     ids = [*prefix, *text_tokens, eot]
     n = len(ids)
-    width = max(n, pad_to or 0)
-    input_ids = np.full((1, width), eot, np.int64)
-    input_ids[0, :n] = ids
+    input_ids = np.asarray([ids], np.int64)
     # the next token where it is a text token, else any valid index (its log-prob is not read)
-    target_ids = np.zeros((1, width), np.int64)
+    target_ids = np.zeros((1, n), np.int64)
     target_ids[0, : n - 1] = [t if t < eot else 0 for t in ids[1:]]
     weights, logprobs = yield AlignerInputs(input_ids, target_ids, cross)
     return words_of_window(

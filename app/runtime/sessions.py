@@ -237,7 +237,14 @@ class WhisperSessions:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Word timing over whole token rows, a decoder prefill from position 0: input_ids,
         target_ids i64 [B, T] (target < eot), cross K/V with B rows -> the alignment heads'
-        weights f32 [B, A, T, 1500], log p(target) over the text tokens f32 [B, T]."""
+        weights f32 [B, A, T, 1500], log p(target) over the text tokens f32 [B, T]. On a static
+        device the rows run padded to n_text_ctx tokens (<|endoftext|>; attention is causal, so
+        the first T positions' outputs are the same), the width compiled at load."""
+        tokens = input_ids.shape[1]
+        if self.static:
+            width = self.manifest.dims.n_text_ctx
+            input_ids = _pad_tokens(input_ids, width, self.manifest.special.eot)
+            target_ids = _pad_tokens(target_ids, width, 0)
         batch, n_tokens = input_ids.shape
         positions = np.broadcast_to(np.arange(n_tokens, dtype=np.int64), (batch, n_tokens))
         feed = {
@@ -252,15 +259,23 @@ class WhisperSessions:
         self._ran("decoder")
         manifest = self.manifest
         return (
-            alignment.alignment_weights(queries, cross, manifest.alignment_heads),
-            alignment.token_logprobs(logits, target_ids, manifest.special.eot),
-        )
+            alignment.alignment_weights(queries[:, :, :tokens], cross, manifest.alignment_heads),
+            alignment.token_logprobs(logits[:, :tokens], target_ids[:, :tokens],
+                                     manifest.special.eot),
+        )  # fmt: skip
 
     def empty_past(self, batch: int = 1) -> list[np.ndarray]:
         """Zero-length self K/V [batch, H, 0, Dh] for a first call with nothing cached."""
         dims = self.manifest.dims
         shape = (batch, dims.n_heads, 0, dims.head_dim)
         return [np.zeros(shape, self.kv_dtype) for _ in self._past_names]
+
+
+def _pad_tokens(ids: np.ndarray, width: int, value: int) -> np.ndarray:
+    """Token rows i64 [B, T] filled out to [B, width] with `value`."""
+    padded = np.full((ids.shape[0], width), value, np.int64)
+    padded[:, : ids.shape[1]] = ids
+    return padded
 
 
 def every_position(input_ids: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from app.engine.kv_cache import StaticCache, make_cache
 from app.engine.mel import HOP_LENGTH
 from app.runtime import contract, graphs
 from app.runtime.contract import N_SAMPLES_PER_WINDOW
@@ -195,13 +196,17 @@ def test_the_temperature_fallback_runs_its_25_rows_on_the_compiled_shapes(
 def test_a_model_opened_on_the_npu_decodes_with_the_static_cache_and_no_batching(
     tmp_path,
 ) -> None:
-    """The decoder keeps the shapes compiled at load: the static cache, and no batching (a batch
-    of varying size would be padded to them), whatever the server's defaults say."""
+    """The decoder keeps the shapes compiled at load: no batching (a batch of varying size would
+    be padded to them), and every decode on the static cache whatever the options say."""
     runtime = RuntimeOptions(device="NPU", npu_emulation=True, cache_dir=tmp_path)
     options = OpenOptions(runtime=runtime, batching=BatchingOptions(), warm_up=False)
     model = open_model("tiny.en", model_dir("tiny.en"), options, vad=None)
-    assert model.scheduler is None and model.base_options.kv_cache == "static"
+    assert model.scheduler is None and model.sessions.static
+    cache = make_cache(
+        "concat", model.sessions, model.sessions.encode(np.zeros((1, 80, 3000), np.float32))
+    )
+    assert isinstance(cache, StaticCache)
     on_cpu = replace(options, runtime=RuntimeOptions(device="CPU"))
     cpu = open_model("tiny.en", model_dir("tiny.en"), on_cpu, vad=None)
-    assert cpu.scheduler is not None and cpu.base_options.kv_cache == "concat"
+    assert cpu.scheduler is not None and not cpu.sessions.static
     cpu.close()

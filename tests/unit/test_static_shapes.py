@@ -35,6 +35,8 @@ def test_rows_are_padded_up_to_the_smallest_compiled_row_count_that_holds_them()
     (piece,) = pieces(key(step(3)), COMPILED)
     assert piece.key == key(step(5)) and piece.padding == 2
     assert piece.batched == {"input_ids", "past_k_0"}  # the broadcast cross goes whole
+    (piece,) = pieces(key(step(3)), [key(step(n)) for n in (8, 1, 4)])
+    assert piece.key == key(step(4)) and piece.padding == 1
 
 
 def test_more_rows_than_any_compiled_shape_are_split_into_pieces_of_the_largest() -> None:

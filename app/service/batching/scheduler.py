@@ -147,6 +147,10 @@ class BatchingSessions:
         return self.inner.arithmetic
 
     @property
+    def static(self) -> bool:
+        return self.inner.static
+
+    @property
     def kv_dtype(self) -> np.dtype:
         return self.inner.kv_dtype
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.engine.backend import WhisperBackend
@@ -79,16 +79,15 @@ def open_model(name: str, folder: Path, options: OpenOptions, vad: SileroVad | N
         tokenizer = Tokenizer.from_folder(folder, loaded.manifest)
     except Exception as e:
         raise ModelLoadError(f"could not load model '{name}' from {folder}: {e}") from e
-    base_options = options.base_options
-    if loaded.static:  # the decoder's shapes were compiled at load for the static cache
-        base_options = replace(base_options, kv_cache="static")
     sessions: WhisperBackend = loaded
-    # the static cache keeps the decoder at the shapes it compiled: no batch of varying size
-    if options.batching is not None and base_options.kv_cache != "static":
+    # the static cache keeps the decoder at one shape (on an NPU: the shapes it compiled at load):
+    # no batch of varying size
+    static = loaded.static or options.base_options.kv_cache == "static"
+    if options.batching is not None and not static:
         sessions = BatchingSessions(loaded, options.batching, name=name)
     load_s = time.perf_counter() - t0
     created = int((folder / "manifest.json").stat().st_mtime)
-    model = LoadedModel(name, sessions, tokenizer, base_options, load_s, created, vad=vad)
+    model = LoadedModel(name, sessions, tokenizer, options.base_options, load_s, created, vad=vad)
     if options.warm_up:
         try:
             model.warm_up()

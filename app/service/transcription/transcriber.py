@@ -86,7 +86,6 @@ class Transcriber:
         self.vad = vad  # for the vad_filter option
         self.n_mels = sessions.manifest.dims.n_mels
         self.multilingual = sessions.manifest.multilingual
-        self.n_text_ctx = sessions.manifest.dims.n_text_ctx
         self.together_rows = rows_within(TOGETHER_KV_BYTES, sessions)
 
     # -- public API ------------------------------------------------------------------------------
@@ -359,7 +358,6 @@ class Transcriber:
                     time_offset,
                     tok.sot_sequence(job.language, options.task),  # type: ignore[arg-type]
                     job.language,
-                    pad_to=self.n_text_ctx if options.kv_cache == "static" else None,
                 )
                 kept, job.last_speech = yield from add_words(
                     kept, tok, window_audio, job.last_speech

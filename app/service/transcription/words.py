@@ -23,7 +23,7 @@ class WindowAudio:
     """What word timing needs of one decoded window.
 
     cross: its cross K/V, each [1, H, 1500, Dh]; features: its log-mel [n_mels, frames] (the
-    audio only, no padding); time_offset: its start (s); pad_to: fixed aligner rows (static).
+    audio only, no padding); time_offset: its start (s).
     """
 
     cross: list[np.ndarray]
@@ -31,7 +31,6 @@ class WindowAudio:
     time_offset: float
     sot_sequence: tuple[int, ...]
     language: str | None
-    pad_to: int | None = None
 
 
 def segment_words(
@@ -50,7 +49,6 @@ def segment_words(
         window.language,
         [t for tokens in text for t in tokens],
         n_frames=window.features.shape[-1] // 2,
-        pad_to=window.pad_to,
     )
     return group_words(words, [len(tokens) for tokens in text])
 
