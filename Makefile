@@ -92,6 +92,9 @@ bench-genai-setup: bench-setup
 	test -x .venv-genai/bin/python || $(PYTHON) -m venv .venv-genai
 	.venv-genai/bin/pip install -q "openvino-genai==2026.4.1.0" "optimum-intel[openvino]==2.2.0" \
 		"torch==2.13.0" soundfile soxr
+	# a torchvision pulled in beside the local torch build lacks its operators ("torchvision::nms
+	# does not exist") and breaks optimum-cli's import; the export needs no torchvision
+	.venv-genai/bin/pip uninstall -q -y torchvision
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

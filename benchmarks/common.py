@@ -302,13 +302,14 @@ class Config:
     precision: str | None = None
     compute_type: str = ""
     activation_quantization: str = "auto"
+    device: str = "CPU"  # genai: "NPU" = the NPU plugin with NPUW on the CPU
 
     @property
     def label(self) -> str:
         if self.kind == "peer":
             return f"faster-whisper {self.compute_type}"
         if self.kind == "genai":
-            return "openvino.genai int8"
+            return "openvino.genai int8" + (f" ({self.device})" if self.device != "CPU" else "")
         ep = "OV" if self.ep == "openvino" else "CPU EP"
         extra = f" +{self.precision}" if self.precision else ""
         if self.activation_quantization != "auto":
@@ -335,6 +336,7 @@ CONFIGS: dict[str, Config] = {
         Config("fw-int8", "peer", compute_type="int8"),
         Config("fw-fp32", "peer", compute_type="float32"),
         Config("genai-int8", "genai"),
+        Config("genai-npu", "genai", device="NPU"),
     )
 }
 
@@ -376,7 +378,7 @@ class Worker:
                     f"`.venv/bin/python benchmarks/genai_model.py --models {model}`"
                 )
             cmd = [str(GENAI_PYTHON), "-m", "benchmarks.genai_worker"]
-            load = {"model_dir": str(ov), "threads": threads}
+            load = {"model_dir": str(ov), "threads": threads, "device": config.device}
         else:
             models_dir = models_dir_for(model, config.files)
             cmd = [str(OUR_PYTHON), "-m", "benchmarks.our_worker"]

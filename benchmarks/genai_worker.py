@@ -2,7 +2,7 @@
 `make bench-genai-setup` and `benchmarks/genai_model.py`). Imports nothing from the project but
 the standard-library-only `benchmarks/worker_protocol.py`.
 
-  {"op": "load", "model_dir", "threads"} -> {"load_s", "rss_mb"}
+  {"op": "load", "model_dir", "threads", "device"?} -> {"load_s", "rss_mb"}
   {"op": "transcribe", "path", "beam_size", "language"?} -> {"text", "total_s", "audio_s"}
   {"op": "rss"};  {"op": "quit"}
 End-to-end time = reading and resampling the file (soundfile, as faster-whisper's decode_audio
@@ -17,6 +17,9 @@ import time
 from benchmarks.worker_protocol import rss, serve
 
 SAMPLE_RATE = 16000
+# openvino.genai's own NPU Whisper tests (WhisperStaticPipeline on NPUW:CPU): the NPU plugin's
+# partitioner with the CPU as its worker, on a machine without an NPU
+NPU_ON_CPU = {"NPU_USE_NPUW": "YES", "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}
 
 
 def read_audio(path: str):
@@ -38,11 +41,16 @@ class GenAI:
         self.pipe = None
         self.multilingual = False
 
-    def load(self, model_dir: str, threads: int) -> dict:
+    def load(self, model_dir: str, threads: int, device: str = "CPU") -> dict:
         started = time.perf_counter()
         import openvino_genai
 
-        self.pipe = openvino_genai.WhisperPipeline(model_dir, "CPU", INFERENCE_NUM_THREADS=threads)
+        if device == "NPU":
+            self.pipe = openvino_genai.WhisperPipeline(model_dir, "NPU", **NPU_ON_CPU)
+        else:
+            self.pipe = openvino_genai.WhisperPipeline(
+                model_dir, "CPU", INFERENCE_NUM_THREADS=threads
+            )
         self.multilingual = self.pipe.get_generation_config().is_multilingual
         return {"load_s": time.perf_counter() - started, **rss()}
 

@@ -65,6 +65,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--clips", default="earnings60,long10m", help="earnings60 and/or long10m")
     p.add_argument("--peers", default="fw-int8,genai-int8", help="benchmarks.common.CONFIGS keys")
     p.add_argument("--isa", default="", help="hold every system to this oneDNN ISA, e.g. AVX2")
+    p.add_argument(
+        "--device",
+        default="CPU",
+        choices=("CPU", "NPU"),
+        help="our server's device; NPU = the NPU plugin with NPUW on the CPU (STT_NPU_EMULATION)",
+    )
     p.add_argument("--out-name", default="server_speed.md")
     p.add_argument(
         "--checkout", type=Path, default=REPO, help="run the server from this source tree"
@@ -75,7 +81,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def measure(model: str, args: argparse.Namespace) -> list[dict]:
-    settings = {"STT_THREADS": str(args.threads)}
+    settings = {"STT_THREADS": str(args.threads), "STT_DEVICE": args.device}
+    if args.device == "NPU":
+        settings["STT_NPU_EMULATION"] = "true"
     server = launch_server(model, args.models_dir, settings, checkout=args.checkout)
     peers = [common.Worker(model, c, args.threads) for c in common.parse_configs(args.peers)]
     try:
@@ -152,6 +160,11 @@ def main() -> None:
     rows = [row for m in args.models.split(",") for row in measure(m, args)]
     peers = [c.label for c in common.parse_configs(args.peers)]
     held = f", every system held to {args.isa}" if args.isa else ""
+    if args.device == "NPU":
+        held += (
+            ", our server on STT_DEVICE=NPU through the NPU plugin with NPUW on the CPU "
+            "(STT_NPU_EMULATION: every shape compiled at start-up, the static cache, no batching)"
+        )
     lines = common.header(
         "Through the server: one REST request vs " + " and ".join(peers),
         load,

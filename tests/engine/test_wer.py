@@ -1,5 +1,7 @@
-"""Word error rate over the English testdata clips (corpus WER, 9 clips) against faster-whisper
-with the same weights: ours must be within 1 point, and beam 5 at least as good as greedy.
+"""Word errors against faster-whisper with the same weights: greedy on the devcorpus (3,992
+words), ours no worse than faster-whisper's by more than the paired noise (`devcorpus`); beam 5
+over the English testdata clips (corpus WER, 9 clips) within 1 point, and at least as good as
+greedy there.
 
 Normalisation: Whisper's English text normaliser (transformers' port of openai/whisper's
 `EnglishTextNormalizer`) without the British->American spelling table, on the references and
@@ -20,15 +22,15 @@ import pytest
 from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
 from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
+from tests.engine import devcorpus
 from tests.engine.conftest import ENGLISH_CLIPS, REFERENCES, clip
 
 pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
 
-# faster-whisper int8 (its usual CPU setting), same clips, same normalisation, in percent
+# faster-whisper int8 (its usual CPU setting), same clips, same normalisation, in percent; its
+# greedy figures were tiny.en 2.79, base 1.59 (greedy is judged on the devcorpus instead)
 PEER_WER = {
-    ("tiny.en", 1): 2.79,
     ("tiny.en", 5): 2.39,
-    ("base", 1): 1.59,
     ("base", 5): 2.39,
 }
 MARGIN = 1.0  # percentage points
@@ -53,8 +55,17 @@ def transcribers(tiny_tr, base_tr) -> dict[str, Transcriber]:
     return {"tiny.en": tiny_tr, "base": base_tr}
 
 
+@pytest.mark.parametrize("model", ["tiny.en", "base"])
+def test_greedy_errors_within_the_paired_noise_of_faster_whisper(model, transcribers):
+    result = devcorpus.paired(
+        devcorpus.peer_texts(model), devcorpus.transcripts(transcribers[model], 1)
+    )
+    print(f"{model} greedy against faster-whisper int8: {result}")
+    assert result.extra <= result.noise, str(result)
+
+
 @pytest.mark.parametrize(("model", "beam_size"), list(PEER_WER))
-def test_wer_within_a_point_of_faster_whisper(model, beam_size, transcribers):
+def test_beam_wer_within_a_point_of_faster_whisper(model, beam_size, transcribers):
     wer = corpus_wer(transcribers[model], model, beam_size)
     peer = PEER_WER[model, beam_size]
     print(f"WER {model} beam {beam_size}: {wer:.2f} % (faster-whisper {peer:.2f} %)")
