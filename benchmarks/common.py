@@ -400,6 +400,8 @@ class Worker:
         self.process.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
+        while line and not line.startswith("{"):  # a library's own output (the NPU plugin's)
+            line = self.process.stdout.readline()
         if not line:
             raise RuntimeError(f"{self.config.key} worker died (exit {self.process.wait()})")
         reply = json.loads(line)

@@ -4,8 +4,9 @@ the bytes handed to the runtime per call.
 
 Start-up: `WhisperSessions.load` in a fresh process (every planned shape compiled, or loaded from
 the cache). Steps: the 60 s earnings clip, greedy, no VAD, through the engine in this process,
-`--runs` rounds alternating the setups: the CPU as the service runs it (the growing `concat`
-cache, the CPU's default precision), the CPU on the static cache (448 slots), and the emulated
+`--runs` rounds alternating the setups, all computing f32 as the emulated NPU's CPU worker does:
+the CPU with the service's growing `concat` cache, the CPU on the static cache (448 slots; its
+graph compiled for dynamic shapes, so other kernels than a fixed-shape compile), and the emulated
 NPU (the static cache on the shapes it compiled). A step hands the runtime its token, the past
 self K/V and the window's cross K/V (`KVCache.handed_nbytes`): on a CPU they are read in place,
 a device has them copied.
