@@ -28,7 +28,7 @@ import onnxruntime as ort
 import openvino as ov
 from openvino.preprocess import PrePostProcessor
 
-from app.runtime.static_shapes import Shapes, piece_feed, pieces, shapes_of
+from app.runtime.static_shapes import Shapes, key_of, piece_feed, pieces, shapes_of
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +180,7 @@ class OpenVINOGraph:
         if not self._static:
             self._compiled[()] = self._compile(model)
         for shapes in static_shapes if self._static else ():
-            key = tuple(sorted((name, tuple(shape)) for name, shape in shapes.items()))
-            self._compiled_for(key)
+            self._compiled_for(key_of(shapes))
 
     def _compile(self, model: ov.Model) -> ov.CompiledModel:
         compiled = openvino_core().compile_model(model, self._device, self._properties)

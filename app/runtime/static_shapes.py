@@ -12,7 +12,7 @@ compiles its own shape (and counts it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,9 +20,14 @@ import numpy as np
 Shapes = tuple[tuple[str, tuple[int, ...]], ...]  # (input name, shape), sorted by name
 
 
+def key_of(shapes: Mapping[str, Sequence[int]]) -> Shapes:
+    """Input shapes as a compiled graph's key (independent of their order)."""
+    return tuple(sorted((name, tuple(int(d) for d in shape)) for name, shape in shapes.items()))
+
+
 def shapes_of(feed: Mapping[str, np.ndarray]) -> Shapes:
-    """A call's input shapes as a compiled graph's key (independent of the feed's order)."""
-    return tuple(sorted((name, tuple(int(d) for d in a.shape)) for name, a in feed.items()))
+    """A call's input shapes as a compiled graph's key."""
+    return key_of({name: a.shape for name, a in feed.items()})
 
 
 def rows_of(shapes: Shapes) -> int:

@@ -18,22 +18,21 @@ from dataclasses import dataclass
 from functools import cache
 
 import jiwer
-import numpy as np
 from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
 from app.engine.audio import decode_audio
 from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
+from benchmarks import wer_paired
 from tests.conftest import REPO
 
-CORPUS = REPO / "benchmarks" / "data" / "devcorpus"
+CORPUS = wer_paired.CORPUS
 PEERS = REPO / "tests" / "data" / "peer"
 _normaliser = EnglishTextNormalizer({})
 
 
 @cache
 def entries() -> tuple[dict, ...]:
-    with (CORPUS / "manifest.jsonl").open() as f:
-        return tuple(json.loads(line) for line in f if line.strip())
+    return tuple(wer_paired.entries(CORPUS))
 
 
 _transcripts: dict[tuple[int, int], dict[str, str]] = {}
@@ -81,7 +80,7 @@ class Paired:
         )
 
 
-def paired(baseline: dict[str, str], texts: dict[str, str], rounds: int = 20_000) -> Paired:
+def paired(baseline: dict[str, str], texts: dict[str, str]) -> Paired:
     diffs, totals, words = [], [0, 0], 0
     for entry in entries():
         reference = entry["text"]
@@ -91,8 +90,8 @@ def paired(baseline: dict[str, str], texts: dict[str, str], rounds: int = 20_000
         totals[0] += before
         totals[1] += after
         words += len(_normaliser(reference).split())
-    signs = np.random.default_rng(0).choice([-1.0, 1.0], size=(rounds, len(diffs)))
-    noise = 2 * float((signs @ np.array(diffs, dtype=float)).std())
+    _, sd = wer_paired.sign_flip(diffs)
+    noise = 2 * sd
     return Paired(
         totals[1] - totals[0], noise, words, 100 * totals[0] / words, 100 * totals[1] / words
     )
