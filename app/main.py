@@ -44,6 +44,7 @@ from app.export.vad import ensure_sequence_graphs
 from app.runtime.graphs import compile_counts
 from app.runtime.memory import release_free_memory, tune_malloc
 from app.runtime.placement import RuntimeOptions
+from app.runtime.static_shapes import batch_rows
 from app.service.batching.records import BatchingOptions
 from app.service.diarize.job import LazyDiarizer
 from app.service.gate import ServerGate
@@ -95,6 +96,7 @@ def runtime_options(settings: Settings) -> RuntimeOptions:
         inference_precision=settings.precision,
         activation_quantization=settings.activation_quantization,
         npu_emulation=settings.npu_emulation,
+        static_batch_rows=batch_rows(settings.batch_max_rows) if settings.batching else (),
     )
 
 

@@ -6,9 +6,10 @@ One small interface, three strategies:
   `GROWTH_CHUNK` positions when full (the unfilled slots are masked); a prefix of T > 1 tokens
   is prefilled in one decoder call, with logits only at the positions asked for.
 - `StaticCache` (the NPU path): preallocated [B, H, N, Dh] buffers with N = n_text_ctx, T = 1 on
-  every call, `attention_mask` [B, N + 1] marks the filled slots plus the new token, the host writes
-  `new_*` into slot `position`. The decoder's input shapes never change (for a given batch size),
-  so a static-shape device compiles the graph once.
+  every step (a prompt in chunks of `STATIC_PREFILL` tokens, the last padded), `attention_mask`
+  [B, N + T] marks the filled slots plus the new tokens, the host writes `new_*` into their
+  slots. The decoder's input shapes never change (for a given batch size), so a static-shape
+  device compiles the graph once for steps and once for prompts.
 - `NoCache`: the reference; re-runs the whole sequence every step with an empty past (P = 0).
 
 `ConcatCache` and `StaticCache` share one mechanism (`_SlotCache`) and differ only in how many
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from app.runtime.contract import STATIC_PREFILL
 from app.runtime.steps import DecoderInputs, DecoderOutputs, Steps
 
 if TYPE_CHECKING:
@@ -141,17 +143,20 @@ class KVCache(ABC):
 
     @staticmethod
     def _picked(
-        absolute: list[int], first: int, new_tokens: int
+        absolute: list[int], first: int, new_tokens: int, least: int = 1
     ) -> tuple[list[tuple[int, int]], np.ndarray]:
         """For a call feeding positions first..first+T-1: the requested positions it covers, as
         (index into `absolute`, index into its logits), and its `logits_at` (each covered
         offset once, ascending: a position asked for twice, the sot that is also the last
         token, is computed once and a step keeps one shape; the last position when it covers
-        none: the graph computes logits at one position at least)."""
+        none: the graph computes logits at one position at least), the last offset repeated up
+        to `least` entries (a call of a fixed shape)."""
         offsets = sorted({p - first for p in absolute if first <= p < first + new_tokens})
         row = {offset: j for j, offset in enumerate(offsets)}
         covered = [(i, row[p - first]) for i, p in enumerate(absolute) if p - first in row]
-        return covered, np.asarray(offsets or [new_tokens - 1], dtype=np.int64)
+        offsets = offsets or [new_tokens - 1]
+        offsets += offsets[-1:] * (least - len(offsets))
+        return covered, np.asarray(offsets, dtype=np.int64)
 
     def _decode_steps(
         self,
@@ -227,27 +232,34 @@ class _SlotCache(KVCache):
         for chunk_start in range(self.length, n, self.tokens_per_call):
             chunk_end = min(n, chunk_start + self.tokens_per_call)
             t = chunk_end - chunk_start
+            width, least = self._call_width(t)
             self._make_room(t)
-            new_ids = np.ascontiguousarray(tokens[:, chunk_start:chunk_end], dtype=np.int64)
-            position_ids = np.broadcast_to(
-                np.arange(chunk_start, chunk_end, dtype=np.int64), (self.batch, t)
-            )
-            mask = np.zeros((self.batch, self.held + t), np.int64)  # [B, C + T]
+            new_ids = np.empty((self.batch, width), np.int64)
+            new_ids[:, :t] = tokens[:, chunk_start:chunk_end]
+            new_ids[:, t:] = new_ids[:, t - 1 : t]  # padding: the last token again
+            at = np.minimum(np.arange(chunk_start, chunk_start + width), self.capacity - 1)
+            position_ids = np.broadcast_to(at.astype(np.int64), (self.batch, width))
+            mask = np.zeros((self.batch, self.held + width), np.int64)  # [B, C + T]
             mask[:, :chunk_start] = 1
-            mask[:, self.held :] = 1
-            covered, logits_at = self._picked(absolute, chunk_start, t)
+            mask[:, self.held : self.held + t] = 1
+            covered, logits_at = self._picked(absolute, chunk_start, t, least)
             logits, new = yield from self._decode_steps(
                 new_ids, np.ascontiguousarray(position_ids), mask, self.buffers, logits_at
             )
             for buf, k in zip(self.buffers, new, strict=True):
-                buf[:, :, chunk_start:chunk_end] = k
+                buf[:, :, chunk_start:chunk_end] = k[:, :, :t]
             self.length = chunk_end
             if covered == list(enumerate(range(len(absolute)))):  # all of them, in order
-                out = logits
+                out = logits[:, : len(absolute)]
                 continue
             for i, j in covered:
                 out[:, i] = logits[:, j]
         return out
+
+    def _call_width(self, tokens: int) -> tuple[int, int]:
+        """(T, K) of a call feeding `tokens` new tokens: the new positions it feeds (the real
+        ones first, then padding) and the fewest logits positions it computes."""
+        return tokens, 1
 
     def reorder(self, beam_indices: Sequence[int] | np.ndarray) -> None:
         idx = np.asarray(beam_indices, dtype=np.intp)
@@ -295,10 +307,15 @@ class StaticCache(_SlotCache):
     decoder once (for a given batch size)."""
 
     mode = "static"
-    tokens_per_call = 1
+    tokens_per_call = STATIC_PREFILL
 
     def _positions_for(self, needed: int) -> int:
         return self.capacity
+
+    def _call_width(self, tokens: int) -> tuple[int, int]:
+        """A step: one token, logits at it; a prompt: chunks of `STATIC_PREFILL` tokens (the
+        last padded), logits at two positions (the sot's and the last one's; padded)."""
+        return (1, 1) if tokens == 1 else (STATIC_PREFILL, 2)
 
 
 class NoCache(KVCache):

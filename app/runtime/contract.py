@@ -23,6 +23,7 @@ SAMPLE_RATE = 16_000
 TIME_PRECISION = 0.02  # seconds per timestamp token and per encoder frame (30 s / 1500)
 ALIGNMENT_QUERIES = "alignment_queries"  # the decoder's output for word timing
 LOGITS_AT = "logits_at"  # the decoder's input: which new positions get logits
+STATIC_PREFILL = 32  # tokens per call of a prompt on the static cache (the last chunk padded)
 
 
 def missing_files(folder: Path) -> list[str]:
@@ -83,29 +84,42 @@ def decoder_output_names(n_layers: int) -> list[str]:
     return [*decoder_step_output_names(n_layers), ALIGNMENT_QUERIES]
 
 
-def static_feed_shapes(dims: Dims, rows: Sequence[int]) -> dict[str, list[dict[str, tuple]]]:
+def static_feed_shapes(
+    dims: Dims, rows: Sequence[int], batch_rows: Sequence[int] = ()
+) -> dict[str, list[dict[str, tuple]]]:
     """Per graph, the feeds' shapes a device that compiles fixed shapes only (NPU) compiles at
     load, so no request compiles: the encoder's one window; the decoder's static-cache step
-    (one new token, the past and `attention_mask` over all n_text_ctx slots, the window's cross
-    K/V of one row broadcast over the rest) at each row count of `rows`; word timing's prefill
-    of one n_text_ctx-token row from position 0 (logits at every position, an empty past)."""
+    (one new token, the past and `attention_mask` over all n_text_ctx slots) at each row count
+    of `rows` over one window's cross K/V (broadcast over its beams or samples), and at each of
+    `batch_rows` over as many windows (a batched step: a row per window); a prompt's chunk of
+    `STATIC_PREFILL` tokens at one row (logits at two of them); word timing's prefill of one
+    n_text_ctx-token row from position 0 (logits at every position, an empty past)."""
     heads, dh, ctx = dims.n_heads, dims.head_dim, dims.n_text_ctx
     layers = dims.n_text_layer
-    cross = {name: (1, heads, dims.n_audio_ctx, dh) for name in encoder_output_names(layers)}
 
-    def decoder(batch: int, new: int, past: int) -> dict[str, tuple]:
+    def decoder(
+        batch: int, new: int, past: int, windows: int = 1, picked: int = 1
+    ) -> dict[str, tuple]:
         return {
             "input_ids": (batch, new),
             "position_ids": (batch, new),
             "attention_mask": (batch, past + new),
-            LOGITS_AT: (1 if new == 1 else new,),
+            LOGITS_AT: (picked,),
             **{name: (batch, heads, past, dh) for name in past_names(layers)},
-            **cross,
+            **{
+                name: (windows, heads, dims.n_audio_ctx, dh)
+                for name in encoder_output_names(layers)
+            },
         }
 
     return {
         "encoder": [{"input_features": (1, dims.n_mels, N_FRAMES)}],
-        "decoder": [*(decoder(r, 1, ctx) for r in rows), decoder(1, ctx, 0)],
+        "decoder": [
+            *(decoder(r, 1, ctx) for r in rows),
+            *(decoder(r, 1, ctx, windows=r) for r in batch_rows),
+            decoder(1, STATIC_PREFILL, ctx, picked=2),
+            decoder(1, ctx, 0, picked=ctx),
+        ],
     }
 
 

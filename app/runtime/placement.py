@@ -59,6 +59,8 @@ class RuntimeOptions:
         then available even where OpenVINO reports none).
     static_rows: the decoder row counts a static device (NPU) compiles at load; calls of other
         row counts are padded or split onto them (`static_shapes`).
+    static_batch_rows: ... and the row counts of batched steps it compiles (a row per window,
+        `static_shapes.batch_rows`); none without cross-request batching.
     """
 
     ep: str = "openvino"
@@ -71,6 +73,7 @@ class RuntimeOptions:
     activation_quantization: str = "auto"
     npu_emulation: bool = False
     static_rows: tuple[int, ...] = STATIC_ROWS
+    static_batch_rows: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.ep not in EXECUTION_PROVIDERS:

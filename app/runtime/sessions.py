@@ -108,7 +108,9 @@ class WhisperSessions:
             and devices["decoder"].split(".")[0] == "CPU"
             and resolved_precision(devices["decoder"], options.inference_precision) == "bf16"
         )
-        static_shapes = contract.static_feed_shapes(manifest.dims, options.static_rows)
+        static_shapes = contract.static_feed_shapes(
+            manifest.dims, options.static_rows, options.static_batch_rows
+        )
         graphs: dict[str, Graph] = {}
         computes: dict[str, str] = {}
         for stage in ("encoder", "decoder"):

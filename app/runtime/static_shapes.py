@@ -30,6 +30,15 @@ def shapes_of(feed: Mapping[str, np.ndarray]) -> Shapes:
     return key_of({name: a.shape for name, a in feed.items()})
 
 
+def batch_rows(max_rows: int) -> tuple[int, ...]:
+    """The row counts a static device compiles for batched steps (a row per window) when a
+    step may batch up to `max_rows` rows: the powers of two from 2 below it, and it (8: 2, 4, 8;
+    a batch of 3 then runs padded to 4, never to 8)."""
+    counts = {max_rows} if max_rows >= 2 else set()
+    counts.update(2**i for i in range(1, max_rows.bit_length()) if 2**i < max_rows)
+    return tuple(sorted(counts))
+
+
 def rows_of(shapes: Shapes) -> int:
     """The call's row count: the largest first dimension of its inputs of rank >= 2 (an input
     of one row beside others of R rows is broadcast over them)."""

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from wyoming.asr import Transcript
 
+from app.api.metrics import batch_rows
 from tests.api.conftest import (
     JFK_TEXT,
     JFK_WAV,
@@ -43,8 +44,12 @@ from tests.conftest import AUDIO
 
 pytestmark = pytest.mark.timeout(600)
 
-PLANNED = 4  # tiny.en: the encoder's window; the decoder's step at 1 and 5 rows; word timing
+# tiny.en: the encoder's window; the decoder's step at 1 and 5 rows over one window and at 2, 4
+# and 8 rows over as many (batched steps, BATCH_MAX_ROWS 8); a prompt's 32-token chunk; word
+# timing's prefill
+PLANNED = 8
 LIBRISPEECH = AUDIO / "2412-153948-0000.flac"
+LIBRISPEECH_2 = AUDIO / "1089-134686-0000.flac"
 
 
 @pytest.fixture(scope="module")
@@ -143,16 +148,30 @@ def test_sse_streams_the_tokens_as_they_are_decoded(client: openai.OpenAI) -> No
     assert normalise("".join(deltas)) == normalise(events[-1].text) == normalise(JFK_TEXT)
 
 
-def test_two_clients_at_once(client: openai.OpenAI) -> None:
-    alone = transcribe(client, LIBRISPEECH, beam_size=5).text
-    with ThreadPoolExecutor(2) as pool:
-        jobs = [
-            pool.submit(transcribe, client, JFK_WAV, beam_size=1),
-            pool.submit(transcribe, client, LIBRISPEECH, beam_size=5),
-        ]
-        texts = [job.result().text for job in jobs]
+def decode_rows(server: LiveServer) -> tuple[float, float]:
+    """(sum, count) of the scheduler's rows per decoder step (`stt_batch_rows`, decode)."""
+    return batch_rows(httpx.get(server.url("/metrics"), timeout=10).text, "tiny.en")
+
+
+@pytest.mark.parametrize("clients", [2, 3])
+def test_clients_at_once_share_the_decoder_steps(
+    client: openai.OpenAI, server: LiveServer, clients: int
+) -> None:
+    """Greedy decodes of clients at once batched on the shapes compiled for batched steps (3
+    rows padded to 4): fewer decoder steps than the clients' alone, each reading what it reads
+    alone. (A beam-5 request's 5 rows batch with no other's: `BATCH_MAX_ROWS` is 8.)"""
+    paths = (JFK_WAV, LIBRISPEECH, LIBRISPEECH_2)[:clients]
+    _, steps_before = decode_rows(server)
+    alone = [transcribe(client, path, beam_size=1).text for path in paths]
+    _, steps_between = decode_rows(server)
+    with ThreadPoolExecutor(clients) as pool:
+        texts = [r.text for r in pool.map(lambda p: transcribe(client, p, beam_size=1), paths)]
+    _, steps_after = decode_rows(server)
     assert normalise(texts[0]) == normalise(JFK_TEXT)
-    assert texts[1] == alone
+    assert texts == alone
+    # without batching the counts are equal; how many steps are shared depends on when each
+    # client's window is encoded (one window per encoder call on the NPU)
+    assert steps_after - steps_between <= steps_between - steps_before - 5
 
 
 def test_realtime_items_stream_deltas_while_speaking_and_complete(server: LiveServer) -> None:

@@ -14,6 +14,7 @@ from app.engine.kv_cache import (
     StaticCache,
     make_cache,
 )
+from app.runtime.contract import STATIC_PREFILL
 from tests.engine.conftest import EARNINGS, JFK, SPANISH, clip, window_cross
 
 MODES = ("concat", "static", "none")
@@ -149,6 +150,28 @@ def test_long_prefix_is_fed_in_one_call_with_the_same_logits(tiny_exact, tiny_to
     np.testing.assert_allclose(
         cache.forward(step), make_cache("none", tiny_exact, cross).forward(step), atol=2e-3
     )
+
+
+def test_a_long_prompt_goes_into_the_static_cache_in_padded_chunks(tiny_exact, tiny_tok):
+    """A 91-token prompt on the static cache: three calls of `STATIC_PREFILL` tokens (the last
+    padded; the shapes a static device compiled) instead of 91 one-token calls, with the
+    no-cache reference's logits, then steps of one token on what the chunks left."""
+    cross = window_cross(tiny_exact, clip(JFK))
+    prompt = tiny_tok.encode(" We are gathered to review the results for the year." * 8)[:100]
+    seq = [tiny_tok.sot_prev, *prompt, tiny_tok.sot, tiny_tok.no_timestamps]
+    assert len(seq) == 91
+    tokens = np.array([seq], np.int64)
+    positions = (len(seq) - 2, -1)
+    cache = StaticCache(tiny_exact, cross)
+    got = cache.forward(tokens, positions=positions)
+    reference = make_cache("none", tiny_exact, cross).forward(tokens, positions=positions)
+    np.testing.assert_allclose(got, reference, atol=2e-3)
+    assert cache.calls == -(-len(seq) // STATIC_PREFILL) == 3 and cache.length == len(seq)
+    step = np.concatenate([tokens, [[tiny_tok.encode(" And")[0]]]], axis=1)
+    np.testing.assert_allclose(
+        cache.forward(step), make_cache("none", tiny_exact, cross).forward(step), atol=2e-3
+    )
+    assert cache.calls == 4
 
 
 def test_prefill_is_reused_across_attempts(tiny, tiny_tok):

@@ -193,20 +193,24 @@ def test_the_temperature_fallback_runs_its_25_rows_on_the_compiled_shapes(
     assert npu_compiles() == compiled
 
 
-def test_a_model_opened_on_the_npu_decodes_with_the_static_cache_and_no_batching(
+def test_a_model_opened_on_the_npu_batches_only_on_the_rows_compiled_for_batched_steps(
     tmp_path,
 ) -> None:
-    """The decoder keeps the shapes compiled at load: no batching (a batch of varying size would
-    be padded to them), and every decode on the static cache whatever the options say."""
-    runtime = RuntimeOptions(device="NPU", npu_emulation=True, cache_dir=tmp_path)
-    options = OpenOptions(runtime=runtime, batching=BatchingOptions(), warm_up=False)
+    """The decoder keeps the shapes compiled at load: it batches across requests when shapes for
+    batched steps were compiled (a batch of another size is padded to them), not otherwise, and
+    every decode is on the static cache whatever the options say."""
+    runtime = RuntimeOptions(
+        device="NPU", npu_emulation=True, cache_dir=tmp_path, static_batch_rows=(2,)
+    )
+    options = OpenOptions(runtime=runtime, batching=BatchingOptions(max_rows=2), warm_up=False)
     model = open_model("tiny.en", model_dir("tiny.en"), options, vad=None)
-    assert model.scheduler is None and model.sessions.static
+    assert model.scheduler is not None and model.sessions.static
     cache = make_cache(
         "concat", model.sessions, model.sessions.encode(np.zeros((1, 80, 3000), np.float32))
     )
     assert isinstance(cache, StaticCache)
-    on_cpu = replace(options, runtime=RuntimeOptions(device="CPU"))
-    cpu = open_model("tiny.en", model_dir("tiny.en"), on_cpu, vad=None)
-    assert cpu.scheduler is not None and not cpu.sessions.static
-    cpu.close()
+    model.close()
+    unplanned = replace(options, runtime=replace(runtime, static_batch_rows=()))
+    model = open_model("tiny.en", model_dir("tiny.en"), unplanned, vad=None)
+    assert model.scheduler is None and model.sessions.static
+    model.close()

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.runtime.static_shapes import Piece, key_of, piece_feed, pieces, rows_of, shapes_of
+from app.runtime.static_shapes import (
+    Piece,
+    batch_rows,
+    key_of,
+    piece_feed,
+    pieces,
+    rows_of,
+    shapes_of,
+)
 
 
 def step(rows: int, cross_rows: int = 1) -> dict[str, tuple[int, ...]]:
@@ -71,3 +79,10 @@ def test_a_piece_feed_pads_with_the_last_row_and_passes_the_rest_whole() -> None
 def test_the_rows_of_a_call_are_its_largest_first_dimension_of_rank_two_or_more() -> None:
     assert rows_of(key_of(step(3))) == 3
     assert rows_of(key_of({"logits_at": (7,)})) == 1
+
+
+def test_batched_steps_compile_powers_of_two_up_to_the_largest_batch() -> None:
+    assert batch_rows(8) == (2, 4, 8)
+    assert batch_rows(6) == (2, 4, 6)
+    assert batch_rows(2) == (2,)
+    assert batch_rows(1) == ()

@@ -80,10 +80,13 @@ def open_model(name: str, folder: Path, options: OpenOptions, vad: SileroVad | N
     except Exception as e:
         raise ModelLoadError(f"could not load model '{name}' from {folder}: {e}") from e
     sessions: WhisperBackend = loaded
-    # the static cache keeps the decoder at one shape (on an NPU: the shapes it compiled at load):
-    # no batch of varying size
-    static = loaded.static or options.base_options.kv_cache == "static"
-    if options.batching is not None and not static:
+    # the static cache asked for on a CPU keeps the decoder at one shape: no batch of varying
+    # size; a static device (NPU) batches on the row counts it compiled for batched steps
+    if loaded.static:
+        fixed = not options.runtime.static_batch_rows
+    else:
+        fixed = options.base_options.kv_cache == "static"
+    if options.batching is not None and not fixed:
         sessions = BatchingSessions(loaded, options.batching, name=name)
     load_s = time.perf_counter() - t0
     created = int((folder / "manifest.json").stat().st_mtime)
