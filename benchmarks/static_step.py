@@ -37,12 +37,16 @@ SETUPS = {
 
 
 def runtime(device: str, threads: int, cache_dir: Path | None = None):
+    """As the server sets it up (batching on: the shapes of batched steps compiled too)."""
     from app.runtime.placement import RuntimeOptions
+    from app.runtime.static_shapes import batch_rows
+    from app.service.batching.records import BatchingOptions
 
     emulated = device == "NPU"
     return RuntimeOptions(
-        device=device, threads=threads, npu_emulation=emulated, cache_dir=cache_dir
-    )
+        device=device, threads=threads, npu_emulation=emulated, cache_dir=cache_dir,
+        static_batch_rows=batch_rows(BatchingOptions().max_rows),
+    )  # fmt: skip
 
 
 def load_once(model: str, device: str, threads: int, cache_dir: str) -> None:
