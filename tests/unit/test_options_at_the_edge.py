@@ -55,7 +55,7 @@ class _Registry:
 
 def _defaults(vad_installed: bool = True, vad_filter: bool = True) -> LiveDefaults:
     settings = Settings(models=["base"], vad_filter=vad_filter)
-    return live_defaults(settings, TranscriptionOptions(), vad_installed)
+    return live_defaults(settings, TranscriptionOptions(), vad_installed, vad_installed)
 
 
 def _form(**fields: Any) -> AudioForm:

@@ -153,6 +153,33 @@ def test_session_objects_validate_and_echo_back(config: RealtimeConfig) -> None:
     assert apply_beta(config, beta) == (config, [])
 
 
+@pytest.mark.parametrize("apply", [apply_ga, apply_beta])
+def test_semantic_vad_is_taken_with_its_eagerness_and_reported_as_openai_does(apply: Any) -> None:
+    turns = {"type": "semantic_vad", "eagerness": "low"}
+    session = nest(TD, turns) if apply is apply_ga else {"turn_detection": turns}
+    config, errors = apply(TUNED, session)
+    assert errors == []
+    assert config.turn_detection == TurnDetection(0.6, 200, 800, "semantic_vad", "low")
+    ga = session_ga(config, "sess_1")
+    assert ga["audio"]["input"]["turn_detection"] == turns
+    # the SDK's transcription session type knows server_vad's fields only (its input type has
+    # semantic_vad's eagerness): it parses, eagerness as an extra
+    parsed = ga_types.RealtimeTranscriptionSessionCreateResponse.model_validate(ga)
+    assert parsed.audio and parsed.audio.input and parsed.audio.input.turn_detection
+    assert parsed.audio.input.turn_detection.type == "semantic_vad"
+    assert apply_ga(config, ga) == (config, [])  # echoed back: nothing changes
+    back, _ = apply(config, nest(TD, {"type": "server_vad"}) if apply is apply_ga
+                    else {"turn_detection": {"type": "server_vad"}})  # fmt: skip
+    # its VAD settings were kept
+    assert back.turn_detection == TurnDetection(0.6, 200, 800, "server_vad", "low")
+
+
+def test_an_unknown_eagerness_is_an_invalid_value() -> None:
+    config, (error,) = apply_ga(TUNED, nest(TD, {"type": "semantic_vad", "eagerness": "eager"}))
+    assert config == TUNED and error.code == "invalid_value"
+    assert error.param == f"session.{TD}.eagerness" and "'low', 'medium'" in error.message
+
+
 def test_ga_session_reports_our_rate_extension() -> None:
     ga = session_ga(RealtimeConfig(rate=16000), "sess_1")
     assert ga["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 16000}
@@ -372,7 +399,6 @@ def test_invalid_value_rejects_the_whole_update(
 
 
 U, K = "unsupported_field", "unknown_parameter"
-SEMANTIC = "semantic_vad is not supported; using server_vad"
 NOISE = "noise_reduction is not supported and is ignored"
 
 
@@ -380,7 +406,6 @@ NOISE = "noise_reduction is not supported and is ignored"
     ("apply", "session", "code", "says", "param"),
     [
         row(apply_ga, f"{IN}noise_reduction", {"type": "near_field"}, U, NOISE),
-        row(apply_ga, f"{TD}.type", "semantic_vad", U, SEMANTIC),
         row(apply_ga, f"{TD}.create_response", True, U, "ignored"),
         row(apply_ga, f"{TD}.idle_timeout_ms", 5000, U, "ignored"),
         row(apply_ga, f"{TD}.window_ms", 5, K, "ignored"),
@@ -393,8 +418,6 @@ NOISE = "noise_reduction is not supported and is ignored"
         row(apply_ga, "audio.output", {}, K, "ignored"),
         row(apply_ga, "voice", "alloy", K, "ignored"),
         row(apply_beta, "input_audio_noise_reduction", {"type": "far_field"}, U, NOISE),
-        row(apply_beta, "turn_detection", {"type": "semantic_vad"}, U, SEMANTIC, at=".type"),
-        row(apply_beta, "turn_detection.eagerness", "low", U, "semantic_vad"),
         row(apply_beta, "include", [LOGPROBS], U, "not supported"),
         row(apply_beta, "modalities", ["text"], U, "ignored"),
         row(apply_beta, "input_audio_transcription", None, U, "kept"),
@@ -414,7 +437,7 @@ def test_unsupported_settings_are_reported_and_the_rest_applies(
     assert (error.code, error.param, error.event_id) == (code, param, "evt_4")
     assert says in error.message
     assert (config.format, config.rate) == ("audio/pcmu", 8000)  # the valid part was applied
-    assert config.turn_detection == TUNED.turn_detection  # semantic_vad: server_vad stays
+    assert config.turn_detection == TUNED.turn_detection
     wire = error.event().model_dump()
     assert ga_types.RealtimeErrorEvent.model_validate(wire).error.param == param
 

@@ -127,7 +127,10 @@ class LiveDeps:
     @property
     def defaults(self) -> LiveDefaults:
         """The server's live settings every session starts from (`stream_options`)."""
-        return live_defaults(self.settings, self.models.base_options, self.vad is not None)
+        models = self.models
+        return live_defaults(
+            self.settings, models.base_options, self.vad is not None, models.turn_model is not None
+        )
 
 
 ErrorFactory = Callable[[Rejected], BaseModel]

@@ -4,8 +4,8 @@
 (beta `transcription_session.update`) change only the fields an update names and return
 (new config, [ProtocolError]). An invalid value anywhere (wrong type, out of range, a session type
 other than "transcription") rejects the whole update: the old config comes back with
-`invalid_value` errors. A setting OpenAI has but we do not support (noise reduction, semantic VAD,
-logprobs, ...) gives an `unsupported_field` error, an unknown key `unknown_parameter`, and the rest
+`invalid_value` errors. A setting OpenAI has but we do not support (noise reduction, logprobs,
+...) gives an `unsupported_field` error, an unknown key `unknown_parameter`, and the rest
 is applied. Params are dotted paths ("session.audio.input.turn_detection.threshold").
 `session_ga` / `session_beta` give the session object the server reports. Model names and
 languages are only type-checked here: whether the server has them is decided where the session's
@@ -14,12 +14,13 @@ options are built (`stream_options.realtime_options`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from app.api.live.realtime_events import ProtocolError, json_type
 from app.service.live.bounds import PREROLL_S, SPEECH_THRESHOLD, TURN_SILENCE_S
 from app.service.live.options import rate_problem
+from app.service.live.turns import EAGERNESS, Eagerness
 
 AudioFormat = Literal["audio/pcm", "audio/pcmu", "audio/pcma"]
 Encoding = Literal["pcm_s16le", "g711_ulaw", "g711_alaw"]  # as app.engine.audio names them
@@ -34,6 +35,8 @@ BETA_FORMATS: dict[str, AudioFormat] = {
     "g711_ulaw": "audio/pcmu",
     "g711_alaw": "audio/pcma",
 }
+TurnType = Literal["server_vad", "semantic_vad"]
+TURN_TYPES: tuple[str, ...] = ("server_vad", "semantic_vad")
 OPENAI_RATE = 24000  # the only PCM rate OpenAI accepts
 G711_RATE = 8000
 LOGPROBS = "item.input_audio_transcription.logprobs"
@@ -49,7 +52,6 @@ _GA_TURN_UNSUPPORTED = {
     "create_response": _NO_RESPONSES,
     "interrupt_response": _NO_RESPONSES,
     "idle_timeout_ms": "is not supported and is ignored",
-    "eagerness": "is for semantic_vad, which is not supported; ignored",
 }
 _BETA_TURN_UNSUPPORTED = {k: v for k, v in _GA_TURN_UNSUPPORTED.items() if k != "idle_timeout_ms"}
 _GA_TRANSCRIPTION_UNSUPPORTED = {
@@ -73,17 +75,25 @@ def _turn_problem(name: str, value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class TurnDetection:
-    """Server VAD: the caller cuts turns where speech stops."""
+    """Server VAD: the server cuts turns where speech stops (`server_vad`), or where a pause the
+    turn model judges finished begins (`semantic_vad`: `eagerness` sets the longest wait,
+    `app.service.live.turns`)."""
 
     threshold: float = SPEECH_THRESHOLD.default  # speech probability, 0..1
     prefix_padding_ms: int = int(PREROLL_S.ms.default)  # audio kept before the start of speech
     silence_duration_ms: int = int(TURN_SILENCE_S.ms.default)  # this much silence ends a turn
+    type: TurnType = "server_vad"
+    eagerness: Eagerness = "auto"  # semantic_vad
 
     def __post_init__(self) -> None:
-        for field in fields(self):
-            problem = _turn_problem(field.name, getattr(self, field.name))
+        for name in _TURN_LIMITS:
+            problem = _turn_problem(name, getattr(self, name))
             if problem:
-                raise ValueError(f"turn_detection.{field.name} {problem}")
+                raise ValueError(f"turn_detection.{name} {problem}")
+        if self.type not in TURN_TYPES:
+            raise ValueError(f"turn_detection.type must be one of {', '.join(TURN_TYPES)}")
+        if self.eagerness not in EAGERNESS:
+            raise ValueError(f"turn_detection.eagerness must be one of {', '.join(EAGERNESS)}")
 
 
 @dataclass(frozen=True)
@@ -267,10 +277,16 @@ def _turn_detection(up: _Update, value: Any, param: str, unsupported: dict[str, 
     for key, setting in up.as_object(value, param).items():
         path = f"{param}.{key}"
         if key == "type":
-            if setting == "semantic_vad":
-                up.unsupported(path, "semantic_vad is not supported; using server_vad")
-            elif setting not in ("server_vad", None):
+            if setting in TURN_TYPES:
+                values["type"] = setting
+            elif setting is not None:
                 up.invalid_value(path, f"must be 'server_vad' or 'semantic_vad', not {setting!r}")
+        elif key == "eagerness":
+            if setting in EAGERNESS:
+                values["eagerness"] = setting
+            elif setting is not None:
+                choices = ", ".join(repr(e) for e in EAGERNESS)
+                up.invalid_value(path, f"must be one of {choices}, not {setting!r}")
         elif key in _TURN_LIMITS:
             problem = _turn_problem(key, setting)
             if problem:
@@ -306,8 +322,13 @@ def _include(up: _Update, value: Any, param: str) -> None:
 
 
 def _turn_detection_dict(config: RealtimeConfig) -> dict[str, Any] | None:
+    """As OpenAI reports it: server_vad with its VAD settings, semantic_vad with its eagerness."""
     td = config.turn_detection
-    return None if td is None else {"type": "server_vad", **asdict(td)}
+    if td is None:
+        return None
+    if td.type == "semantic_vad":
+        return {"type": td.type, "eagerness": td.eagerness}
+    return {"type": td.type, **{name: getattr(td, name) for name in _TURN_LIMITS}}
 
 
 def _transcription_dict(config: RealtimeConfig) -> dict[str, Any]:

@@ -14,22 +14,25 @@ from dataclasses import replace
 from app.api.live.audio_stream_config import StreamConfig
 from app.api.live.realtime_config import RealtimeConfig
 from app.config import Settings
+from app.service.errors import Rejected
 from app.service.live import StreamingOptions, VadOptions
 from app.service.live.options import LiveDefaults
+from app.service.live.turns import CANDIDATE_SILENCE_S, TurnRules
 from app.service.live.utterance import PAUSE_S
 from app.service.models.loaded import LoadedModel
 from app.service.transcription.jobs import TranscriptionJob
 from app.service.transcription.options import TranscriptionOptions, model_language
 
 REALTIME_LANGUAGE = "session.audio.input.transcription.language"
+REALTIME_TURNS = "session.audio.input.turn_detection.type"
 WYOMING_BEAM_SIZE = 1  # voice commands: greedy, as Home Assistant's own Whisper add-on defaults to
 
 
 def live_defaults(
-    settings: Settings, base: TranscriptionOptions, vad_installed: bool
+    settings: Settings, base: TranscriptionOptions, vad_installed: bool, turn_installed: bool
 ) -> LiveDefaults:
     """The server's live settings and decoding defaults; the default VAD is on when the model
-    is installed and STT_VAD_FILTER is set."""
+    is installed and STT_VAD_FILTER is set; semantic turn detection needs the turn model."""
     return LiveDefaults(
         step_s=settings.stream_step_s,
         policy=settings.stream_policy,
@@ -39,6 +42,7 @@ def live_defaults(
         kv_cache=base.kv_cache,
         vad=VadOptions() if vad_installed and settings.vad_filter else None,
         vad_installed=vad_installed,
+        turn_installed=turn_installed,
     )
 
 
@@ -52,24 +56,33 @@ def realtime_options(
     config: RealtimeConfig, model: LoadedModel, defaults: LiveDefaults
 ) -> StreamingOptions:
     """A Realtime session on `model`: its turn detection is the VAD (threshold, silence that
-    ends a turn, audio kept before speech); without turn detection the default VAD still keeps
-    silence from being decoded."""
+    ends a turn, audio kept before speech), with `semantic_vad` the VAD's short pauses judged by
+    the turn model (`app.service.live.turns`); without turn detection the default VAD still
+    keeps silence from being decoded."""
     language = model_language(
         model.name, model.multilingual, config.language, param=REALTIME_LANGUAGE
     )
     turns = config.turn_detection
     if turns is None or not defaults.vad_installed:
         return defaults.options(language=language, prompt=config.prompt)
-    vad = VadOptions(
-        threshold=turns.threshold,
-        neg_threshold=None,
-        min_silence_s=turns.silence_duration_ms / 1000,
-    )
+    semantic = turns.type == "semantic_vad"
+    if semantic and not defaults.turn_installed:
+        raise Rejected(
+            "turn_model_missing",
+            "semantic_vad needs the turn model, which this server does not have (make models); "
+            "use server_vad",
+            param=REALTIME_TURNS,
+            kind="unavailable",
+        )
+    silence_s = CANDIDATE_SILENCE_S if semantic else turns.silence_duration_ms / 1000
+    vad = VadOptions(threshold=turns.threshold, neg_threshold=None, min_silence_s=silence_s)
     return defaults.options(
         language=language,
         vad=vad,
         preroll_s=turns.prefix_padding_ms / 1000,
         prompt=config.prompt,
+        pause_s=None if semantic else "default",  # every pause is a candidate the model judges
+        turn=TurnRules.of(turns.eagerness) if semantic else None,
     )
 
 

@@ -181,6 +181,8 @@ class LiveHost:
         """A started runner of one session on the shared pool, with the server's limits
         (`hear_at_once`: see `LiveRunner`)."""
         vad = self.models.vad if options.vad is not None else None
+        turn = self.models.turn_model if options.turn is not None else None
         return LiveRunner(
-            model.transcriber, options, vad, pcm, self.pool, self.limits, on_event, hear_at_once
-        )
+            model.transcriber, options, vad, pcm, self.pool, self.limits, on_event, hear_at_once,
+            turn_model=turn,
+        )  # fmt: skip

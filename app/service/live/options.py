@@ -11,6 +11,7 @@ from app.engine.vad import VadOptions
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.errors import Rejected
 from app.service.live.bounds import EDGE_S, PAUSE_S, POLICIES, PREROLL_S, STEP_S, PolicyName
+from app.service.live.turns import TurnRules
 
 WINDOW_S = N_SAMPLES_PER_WINDOW / SAMPLE_RATE  # 30.0
 MIN_RATE, MAX_RATE = 8000, 192000  # Hz of the raw audio a live client may send
@@ -56,6 +57,8 @@ class StreamingOptions:
         this long.
     prompt: text that conditions every pass (names, spelling). condition_on_committed: also
         prompt with the last committed text (off: it feeds repetition loops).
+    turn: semantic turn detection (`app.service.live.turns`): the VAD's end of speech is a
+        candidate the turn model judges; None: the VAD's end of speech ends the turn.
     word_timestamps: measure word times (an aligner call per pass) instead of estimating them;
         always on with AlignAtt, which needs the attention.
     """
@@ -77,6 +80,7 @@ class StreamingOptions:
     log_prob_threshold: float = -1.0
     kv_cache: str = "concat"
     word_timestamps: bool = False
+    turn: TurnRules | None = None
 
     def __post_init__(self) -> None:
         STEP_S.check("step_s", self.step_s)
@@ -95,6 +99,8 @@ class StreamingOptions:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         EDGE_S.check("edge_s", self.edge_s)
+        if self.turn is not None and self.vad is None:
+            raise ValueError("semantic turn detection needs the VAD (its pauses are judged)")
 
     @property
     def aligned(self) -> bool:
@@ -108,7 +114,8 @@ class LiveDefaults:
     rest (`options`).
 
     vad: the default speech detection of a session (None: no VAD model, or STT_VAD_FILTER off);
-    vad_installed: the VAD model is loaded, so a session may ask for it.
+    vad_installed: the VAD model is loaded, so a session may ask for it; turn_installed: the
+    turn model is installed, so a session may ask for semantic turn detection.
     """
 
     step_s: float
@@ -119,6 +126,7 @@ class LiveDefaults:
     kv_cache: str
     vad: VadOptions | None
     vad_installed: bool
+    turn_installed: bool = False
 
     def options(
         self,
@@ -130,6 +138,7 @@ class LiveDefaults:
         pause_s: float | Literal["default"] | None = "default",
         prompt: str | None = None,
         word_timestamps: bool = False,
+        turn: TurnRules | None = None,
     ) -> StreamingOptions:
         """A session's options: the session's own choices on these defaults ("default": the
         server's speech detection or pause)."""
@@ -146,4 +155,5 @@ class LiveDefaults:
             no_speech_threshold=self.no_speech_threshold,
             kv_cache=self.kv_cache,
             word_timestamps=word_timestamps,
+            turn=turn,
         )

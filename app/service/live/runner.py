@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.engine.turn import TurnModel
 from app.engine.vad import SileroVad
 from app.service.errors import Rejected
 from app.service.job_run import JobRun, to_loop
@@ -65,12 +66,15 @@ class LiveRunner:
         limits: LiveLimits,
         on_event: Callable[[StreamEvent], None],
         hear_at_once: bool = False,
+        turn_model: TurnModel | None = None,
     ) -> None:
         """hear_at_once: run the VAD as audio arrives, beside a decoding pass, not only at
         admission between passes. On 2 cores that third thread slows the pass: the Realtime
         protocol's median commit latency rose 0.05-0.14 s with it (stream_latency, tiny.en and
         base); only what must hear a pause at once (a Wyoming utterance) asks for it."""
-        self._session = StreamingSession(transcriber, options, vad, to_loop(on_event))
+        self._session = StreamingSession(
+            transcriber, options, vad, to_loop(on_event), turn_model=turn_model
+        )
         self._pcm = pcm
         self._pool = pool
         self._limits = limits

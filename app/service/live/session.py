@@ -53,10 +53,11 @@ from typing import Literal
 
 import numpy as np
 
+from app.engine.turn import TurnModel
 from app.engine.vad import SileroVad
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.runtime.steps import Steps
-from app.service.live import commits
+from app.service.live import commits, turns
 from app.service.live.admission import AudioBuffer, Hearing, Inbox
 from app.service.live.commits import Commits
 from app.service.live.events import (
@@ -91,9 +92,12 @@ class StreamingSession:
         options: StreamingOptions,
         vad: SileroVad | None = None,
         on_event: Callable[[StreamEvent], None] | None = None,
+        turn_model: TurnModel | None = None,
     ) -> None:
         if options.vad is not None and vad is None:
             raise ValueError("options.vad is set but no VAD model was given")
+        if options.turn is not None and turn_model is None:
+            raise ValueError("options.turn is set but no turn model was given")
         self.transcriber = transcriber
         self.tokenizer = transcriber.tokenizer
         self.options = options
@@ -112,6 +116,8 @@ class StreamingSession:
         self._buf = AudioBuffer(N_SAMPLES_PER_WINDOW + 2 * ADMIT_SLICE)
         self.transcript = Transcript(self.on_event)
         self.commits = Commits()
+        self._turn_model = turn_model
+        self._turn = turns.Turn()  # semantic turn detection's state (`options.turn`)
 
         self._open = self._vad is None  # an utterance is being buffered
         self._utterance_start = 0  # absolute sample where the open utterance's speech began
@@ -217,6 +223,8 @@ class StreamingSession:
         preroll = round(self.options.preroll_s * SAMPLE_RATE)
         self.listen(self._buf.end)
         for event in self._vad.decided(self._buf.end):
+            if event.kind == "start" and self.options.turn is not None:
+                self._turn, _ = turns.speech(self._turn)  # a held turn goes on in its item
             if event.kind == "start" and not self._open:
                 self._open = True
                 self._utterance_start = event.sample
@@ -227,23 +235,19 @@ class StreamingSession:
                 onset = min(max(event.sample - preroll, self._buf.start), self._buf.end)
                 self._decoded_until = max(self._decoded_until, onset)
             elif event.kind == "end" and self._open:
-                self._open = False
-                self._speech_end = event.sample
-                self.on_event(SpeechStopped(round(event.sample / SAMPLE_RATE, 3)))
-                speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
-                if speech_s < vad.min_speech_s and not self.commits.pending:
-                    log.debug("ignored %.2f s of speech (shorter than min_speech_s)", speech_s)
-                    self.on_event(Finalized("pause", event.sample / SAMPLE_RATE))
-                elif not self._request_final(
-                    min(event.sample + self._pad, self._buf.end), "pause", speech=True
-                ):
-                    self.on_event(Finalized("pause", event.sample / SAMPLE_RATE))
+                if self._judge(event.sample) == "end":
+                    self._end_turn(event.sample)
             elif event.kind == "pause" and self._open:
                 speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
                 if speech_s >= vad.min_speech_s or self.commits.pending:
                     self._request_final(
                         min(event.sample + self._pad, self._buf.end), None, speech=True
                     )
+        rules, held_at = self.options.turn, self._turn.held_at
+        if rules is not None and held_at is not None:
+            self._turn, act = turns.heard(self._turn, self._buf.end / SAMPLE_RATE, rules)
+            if act == "end":  # the silence lasted the longest wait
+                self._end_turn(round(held_at * SAMPLE_RATE))
         if not self._open and self._final_until is None:
             gap = self._buf.end - max(self._speech_end, self._buf.start)
             if self._nothing_to_keep() or gap > round(self.options.context_gap_s * SAMPLE_RATE):
@@ -252,6 +256,36 @@ class StreamingSession:
                 self._buf.drop_before(self._buf.end - preroll)  # keep the preroll only
                 self.commits = self.commits.forget()
                 self._decoded_until = max(self._decoded_until, self._buf.start)
+
+    def _judge(self, sample: int) -> turns.Act:
+        """Speech went silent at absolute `sample`: "end" the turn there (the VAD's end of
+        speech; with semantic turn detection, a pause the turn model judges finished), or "hold"
+        it (the words before the pause are made final, the turn goes on)."""
+        rules = self.options.turn
+        if rules is None:
+            return "end"
+        assert self._turn_model is not None
+        finished = self._turn_model.probability(self._buf.view())
+        self._turn, act = turns.pause(self._turn, sample / SAMPLE_RATE, finished, rules)
+        log.debug("turn at %.2f s: P(finished) %.2f -> %s", sample / SAMPLE_RATE, finished, act)
+        if act == "hold":
+            self._request_final(min(sample + self._pad, self._buf.end), None, speech=True)
+        return act
+
+    def _end_turn(self, sample: int) -> None:
+        """The turn's speech ended at absolute `sample`: finalize it up to there (or say there
+        is nothing to finalize)."""
+        vad = self.options.vad
+        assert vad is not None
+        self._open = False
+        self._speech_end = sample
+        self.on_event(SpeechStopped(round(sample / SAMPLE_RATE, 3)))
+        speech_s = (sample - self._utterance_start) / SAMPLE_RATE
+        if speech_s < vad.min_speech_s and not self.commits.pending:
+            log.debug("ignored %.2f s of speech (shorter than min_speech_s)", speech_s)
+            self.on_event(Finalized("pause", sample / SAMPLE_RATE))
+        elif not self._request_final(min(sample + self._pad, self._buf.end), "pause", speech=True):
+            self.on_event(Finalized("pause", sample / SAMPLE_RATE))
 
     def _restart_at(self, sample: int, clears: int) -> None:
         """After `clear()` (`clears` of them): the buffer and the words not committed are gone,
@@ -265,6 +299,7 @@ class StreamingSession:
             self.listen()
             self._vad.forget(sample)  # it restarted there as it heard the clear
             self._open = False
+            self._turn = turns.Turn()
         self.transcript.close_segment()
         self.transcript.partial("")
         for _ in range(clears):

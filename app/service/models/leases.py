@@ -11,6 +11,7 @@ import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
+from app.engine.turn import TurnModel
 from app.engine.vad import SileroVad
 from app.service.models.loaded import LoadedModel
 from app.service.transcription.jobs import ModelInfo
@@ -69,6 +70,10 @@ class SessionModels:
     @property
     def vad(self) -> SileroVad | None:
         return self._manager.vad
+
+    @property
+    def turn_model(self) -> TurnModel | None:
+        return self._manager.turn_model
 
     @property
     def loaded(self) -> list[str]:

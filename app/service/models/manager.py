@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.engine.turn import TurnModel
 from app.engine.vad import SileroVad
 from app.service.models.catalog import ModelCatalog
 from app.service.models.leases import Lease
@@ -30,6 +31,7 @@ from app.service.models.loaded import LoadedModel
 from app.service.models.opening import (
     ModelLoadError,
     OpenOptions,
+    load_turn_model,
     load_vad,
     open_model,
 )
@@ -84,6 +86,7 @@ class ModelManager:
         self.open_options = open_options or OpenOptions()
         self.options = options or ManagerOptions()
         self.vad: SileroVad | None = None
+        self.turn_model: TurnModel | None = None
         self._obtain = obtain
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
@@ -100,6 +103,7 @@ class ModelManager:
         """Load the VAD and the start-up models (blocking), then start the idle sweeper.
         Raises `ModelLoadError` naming the model that failed."""
         self.vad = load_vad(self.catalog.models_dir)
+        self.turn_model = load_turn_model(self.catalog.models_dir)
         for name in startup:
             future = self._begin(name, from_cache=True)
             if future is not None:

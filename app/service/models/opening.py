@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app.engine.backend import WhisperBackend
 from app.engine.tokenizer import Tokenizer
+from app.engine.turn import TURN_FILE, TurnModel, TurnModelError
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.runtime.contract import missing_files
 from app.runtime.memory import release_free_memory
@@ -62,6 +63,16 @@ def load_vad(models_dir: Path) -> SileroVad | None:
         log.warning(
             "no VAD: transcribing without it; vad_filter=true requests will be refused: %s", e
         )
+        return None
+
+
+def load_turn_model(models_dir: Path) -> TurnModel | None:
+    """The Smart Turn model beside the models, shared by all live sessions; None (logged) if
+    absent (Realtime `semantic_vad` is then refused)."""
+    try:
+        return TurnModel.load(models_dir / TURN_FILE)
+    except TurnModelError as e:
+        log.warning("no turn model: semantic_vad will be refused: %s", e)
         return None
 
 
