@@ -12,7 +12,6 @@ its output the probability that the turn is complete.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from pathlib import Path
 
@@ -46,12 +45,11 @@ def turn_features(audio: np.ndarray) -> np.ndarray:
 
 class TurnModel:
     """The loaded Smart Turn graph on ONNX Runtime's CPU provider; one instance serves every
-    session (one call at a time)."""
+    session (its graph may be run from many threads at once)."""
 
     def __init__(self, graph: OrtGraph, path: Path) -> None:
         self.graph = graph
         self.path = path
-        self._lock = threading.Lock()
 
     @classmethod
     def load(cls, path: Path | str, threads: int = 1) -> TurnModel:
@@ -77,7 +75,6 @@ class TurnModel:
         are judged; the silence after the speech included)."""
         features = turn_features(audio)[None]
         started = time.perf_counter()
-        with self._lock:
-            (out,) = self.graph.run(["logits"], {"input_features": features})
+        (out,) = self.graph.run(["logits"], {"input_features": features})
         log.debug("turn judged in %.0f ms", 1e3 * (time.perf_counter() - started))
         return float(out.reshape(-1)[0])

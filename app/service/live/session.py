@@ -237,6 +237,10 @@ class StreamingSession:
             elif event.kind == "end" and self._open:
                 if self._judge(event.sample) == "end":
                     self._end_turn(event.sample)
+                else:  # held: the words before the pause are made final, the turn goes on
+                    self._request_final(
+                        min(event.sample + self._pad, self._buf.end), None, speech=True
+                    )
             elif event.kind == "pause" and self._open:
                 speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
                 if speech_s >= vad.min_speech_s or self.commits.pending:
@@ -260,7 +264,7 @@ class StreamingSession:
     def _judge(self, sample: int) -> turns.Act:
         """Speech went silent at absolute `sample`: "end" the turn there (the VAD's end of
         speech; with semantic turn detection, a pause the turn model judges finished), or "hold"
-        it (the words before the pause are made final, the turn goes on)."""
+        it."""
         rules = self.options.turn
         if rules is None:
             return "end"
@@ -268,8 +272,6 @@ class StreamingSession:
         finished = self._turn_model.probability(self._buf.view())
         self._turn, act = turns.pause(self._turn, sample / SAMPLE_RATE, finished, rules)
         log.debug("turn at %.2f s: P(finished) %.2f -> %s", sample / SAMPLE_RATE, finished, act)
-        if act == "hold":
-            self._request_final(min(sample + self._pad, self._buf.end), None, speech=True)
         return act
 
     def _end_turn(self, sample: int) -> None:
