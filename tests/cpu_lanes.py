@@ -1,6 +1,12 @@
 """`make test-cpus`: the numerics- and words-sensitive tests (marker `cpu_kind`) under every CPU
 kind this machine can emulate besides its own (which `make test` covers).
 
+The tests that read real speech for its words (marker `words`, minutes each) run once per
+arithmetic, not per kind: a kind whose arithmetic (the precision the CPU computes in, int8 dot
+products or not: what `app.runtime.placement` decides by) the machine's own kind or an earlier
+lane already ran, runs only the numerics tests. Kinds of one arithmetic differ in their kernels'
+vector width, which the numerics tests check against the reference graphs on every kind.
+
 OpenVINO's CPU plugin is held by `ONEDNN_MAX_CPU_ISA` to each smaller instruction set that
 changes what it computes (int8 dot products or not, bf16 or not: `app.runtime.cpu_kind`); the
 runtime reads the same variable, so it makes the choices a real CPU of that kind gets. ONNX
@@ -16,8 +22,10 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from app.runtime.cpu_kind import ISA_VARIABLE, CpuKind, this_cpu
+from app.runtime.placement import resolved_precision
 
 # the caps that give the kinds users' CPUs are, from the smallest
 LANES = (
@@ -30,25 +38,45 @@ LANES = (
 )
 
 
-def lanes(machine: CpuKind) -> list[str]:
+@dataclass(frozen=True)
+class Lane:
+    """One run of the `cpu_kind` tests held to `cap`; `words`: with the `words` tests."""
+
+    cap: str
+    words: bool
+
+    @property
+    def markers(self) -> str:
+        return "cpu_kind" if self.words else "cpu_kind and not words"
+
+
+def arithmetic(kind: CpuKind) -> tuple[str | None, bool]:
+    """What the service computes in on `kind` by default: the precision, int8 dot products."""
+    return resolved_precision("CPU", "auto", kind), kind.int8_dot_products
+
+
+def lanes(machine: CpuKind) -> list[Lane]:
     """The caps that hold this machine to a kind of its own (by the kind's name: AVX-VNNI beside
-    AVX-512 VNNI changes nothing), other than the machine's own kind, smallest first."""
-    seen = {CpuKind(machine.groups).name}
+    AVX-512 VNNI changes nothing), other than the machine's own kind, smallest first; each with
+    the words tests if its arithmetic is new."""
+    own = CpuKind(machine.groups)
+    kinds, arithmetics = {own.name}, {arithmetic(own)}
     chosen = []
     for cap in LANES:
-        name = CpuKind(machine.held(cap).groups).name  # the kind, without "held by"
-        if name not in seen:
-            seen.add(name)
-            chosen.append(cap)
+        kind = CpuKind(machine.held(cap).groups)  # the kind, without "held by"
+        if kind.name not in kinds:
+            kinds.add(kind.name)
+            chosen.append(Lane(cap, words=arithmetic(kind) not in arithmetics))
+            arithmetics.add(arithmetic(kind))
     return chosen
 
 
-def run(cap: str, args: list[str]) -> tuple[str, float, int]:
-    """pytest -m cpu_kind held to `cap`: its summary line, seconds, exit code."""
-    env = {**os.environ, ISA_VARIABLE: cap}
+def run(lane: Lane, args: list[str]) -> tuple[str, float, int]:
+    """pytest -m cpu_kind held to the lane's cap: its summary line, seconds, exit code."""
+    env = {**os.environ, ISA_VARIABLE: lane.cap}
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "cpu_kind", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-q", "-m", lane.markers, "-p", "no:cacheprovider", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -65,9 +93,11 @@ def main(args: list[str]) -> int:
         return 2
     print(f"this machine: {machine.name}; its own kind is `make test`'s")
     failed = False
-    for cap in lanes(machine):
-        summary, seconds, code = run(cap, args)
-        print(f"{machine.held(cap).name}: {summary} ({seconds / 60:.1f} min)", flush=True)
+    for lane in lanes(machine):
+        summary, seconds, code = run(lane, args)
+        what = "" if lane.words else ", numerics only (its arithmetic's words are read above)"
+        name = machine.held(lane.cap).name
+        print(f"{name}{what}: {summary} ({seconds / 60:.1f} min)", flush=True)
         failed |= code != 0
     return 1 if failed else 0
 

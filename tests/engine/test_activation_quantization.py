@@ -22,9 +22,11 @@ from app.service.transcription.transcriber import Transcriber
 from tests.conftest import model_dir
 from tests.engine import devcorpus
 
-# `make test-cpus` runs the tests marked cpu_kind under each CPU kind; base's pass over the
-# devcorpus runs on the machine's own kind only (`make test`): the lanes' time budget
+# `make test-cpus` runs the cpu_kind tests under each CPU kind, the words tests under each
+# arithmetic (tests/cpu_lanes.py); base's pass over the devcorpus runs on the machine's own kind
+# only (`make test`): the lanes' time budget
 PER_KIND = pytest.mark.cpu_kind
+PER_ARITHMETIC = [pytest.mark.cpu_kind, pytest.mark.words]
 
 ROWS = 8
 PAST = 20
@@ -74,7 +76,7 @@ def test_the_default_quantizes_no_activation_on_any_cpu_kind() -> None:
         assert properties["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "0", precision
 
 
-@pytest.mark.parametrize("model", [pytest.param("tiny", marks=PER_KIND), "base"])
+@pytest.mark.parametrize("model", [pytest.param("tiny", marks=PER_ARITHMETIC), "base"])
 def test_the_default_loses_no_words_against_the_exact_computation_on_this_cpu_kind(
     model, request
 ) -> None:

@@ -21,7 +21,8 @@ from app.service.transcription.transcriber import Transcriber
 from tests.api.test_realtime_turns import client_commit_points, normalise, word_errors
 from tests.engine.conftest import EARNINGS, ENGLISH_CLIPS, REFERENCES, clip
 
-pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
+# `make test-cpus` reads these under each arithmetic the machine can emulate (tests/cpu_lanes.py)
+pytestmark = [pytest.mark.cpu_kind, pytest.mark.words]
 
 ELLIPSES = ("...", "…")
 

@@ -25,9 +25,9 @@ from app.service.transcription.transcriber import Transcriber, TranscriptionOpti
 from tests.engine import devcorpus
 from tests.engine.conftest import ENGLISH_CLIPS, REFERENCES, clip
 
-# `make test-cpus` runs the tests marked cpu_kind under each CPU kind; base's pass over the
-# devcorpus runs on the machine's own kind only (`make test`): the lanes' time budget
-PER_KIND = pytest.mark.cpu_kind
+# `make test-cpus` reads these words under each arithmetic the machine can emulate (cpu_lanes);
+# base's pass over the devcorpus on the machine's own kind only (`make test`): the lanes' budget
+PER_ARITHMETIC = [pytest.mark.cpu_kind, pytest.mark.words]
 
 # faster-whisper int8 (its usual CPU setting), same clips, same normalisation, in percent; its
 # greedy figures were tiny.en 2.79, base 1.59 (greedy is judged on the devcorpus instead)
@@ -57,7 +57,7 @@ def transcribers(tiny_tr, base_tr) -> dict[str, Transcriber]:
     return {"tiny.en": tiny_tr, "base": base_tr}
 
 
-@pytest.mark.parametrize("model", [pytest.param("tiny.en", marks=PER_KIND), "base"])
+@pytest.mark.parametrize("model", [pytest.param("tiny.en", marks=PER_ARITHMETIC), "base"])
 def test_greedy_errors_within_the_paired_noise_of_faster_whisper(model, transcribers):
     result = devcorpus.paired(
         devcorpus.peer_texts(model), devcorpus.transcripts(transcribers[model], 1)
@@ -66,7 +66,8 @@ def test_greedy_errors_within_the_paired_noise_of_faster_whisper(model, transcri
     assert result.extra <= result.noise, str(result)
 
 
-@PER_KIND
+@pytest.mark.cpu_kind
+@pytest.mark.words
 @pytest.mark.parametrize(("model", "beam_size"), list(PEER_WER))
 def test_beam_wer_within_a_point_of_faster_whisper(model, beam_size, transcribers):
     wer = corpus_wer(transcribers[model], model, beam_size)
@@ -75,7 +76,8 @@ def test_beam_wer_within_a_point_of_faster_whisper(model, beam_size, transcriber
     assert wer <= peer + MARGIN
 
 
-@PER_KIND
+@pytest.mark.cpu_kind
+@pytest.mark.words
 @pytest.mark.parametrize("model", ["tiny.en", "base"])
 def test_beam_is_at_least_as_good_as_greedy(model, transcribers):
     greedy = corpus_wer(transcribers[model], model, 1)
