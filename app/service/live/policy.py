@@ -12,7 +12,10 @@ words and times in, a count out; no audio, no model.
   before the end of the buffer; the first word that looks at the edge stops the commit, since
   the audio after it may change it. One pass suffices, so words come out a step earlier. A
   word without attention (`peak` None) is never safe, nor is the pass's last word: nothing
-  after it shows that it is whole (Whisper reads "you" where more audio makes "your"). A word
+  after it shows that it is whole (Whisper reads "you" where more audio makes "your"). Nor,
+  on one pass alone, is the word just before the first unsafe one (or before the last word):
+  the unsettled word may take it along when it is read again ("What you are country" where the
+  next pass reads "What your country"), so it commits once two passes read it. A word
   the decoder read with low probability inside a sentence waits, in addition, for the next pass
   to read it again: one pass may fall at a buffer length where Whisper reads it otherwise.
 
@@ -132,10 +135,14 @@ class AlignAtt:
         limit = audio_end_s - self.edge_s
         agreed = LocalAgreement().commit_count(new, pending, audio_end_s)
         doubts = in_doubt(new, before, self.sure)
+        count = max(len(new) - 1, 0)
         for i, word in enumerate(new[:-1]):
             if word.peak is None or word.peak > limit or (doubts[i] and i >= agreed):
-                return whole(new, i)
-        return whole(new, max(len(new) - 1, 0))
+                count = i
+                break
+        if count > agreed:  # the word before the unsettled one waits for a second reading
+            count -= 1
+        return whole(new, count)
 
 
 def make_policy(name: str, edge_s: float) -> CommitPolicy:
