@@ -232,6 +232,13 @@ class Settings(BaseSettings):
     wyoming_max_clients: int = Field(
         default=4, ge=1, description="Wyoming connections served at the same time."
     )
+    wyoming_endpointing: bool = Field(
+        default=True,
+        description="Wyoming: the server hears where a voice command ends (semantic turn "
+        "detection, or the VAD's silence without the turn model) and sends the transcript then, "
+        "before audio-stop; Home Assistant runs no VAD of its own. false = Home Assistant's VAD "
+        "ends the command (audio-stop).",
+    )
     wyoming_zeroconf: str = Field(
         default="stt-openvino",
         max_length=63,

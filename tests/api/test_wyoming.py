@@ -1,6 +1,8 @@
 """The Wyoming protocol (Home Assistant) on a real server, driven by the `wyoming` package's own
 client: describe, jfk -> its text with transcript chunks while the audio still arrives, other
 rates and channel counts, bad input answered with `error` events, limits, two clients at once.
+Here the client ends each command (`audio-stop`, endpointing off); the server ending it:
+`test_wyoming_endpointing.py`.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, int]:
         STT_STREAM_IDLE_TIMEOUT_S=str(IDLE_S),
         STT_STREAM_MAX_FRAME_KB=str(MAX_FRAME_KB),
         STT_WYOMING_ZEROCONF="",
+        STT_WYOMING_ENDPOINTING="false",  # Home Assistant's VAD ends commands (audio-stop)
     )
     yield live, port
     stop_server(live)
@@ -118,6 +121,7 @@ def test_describe_lists_the_models(server) -> None:
     info = asyncio.run(go())
     (program,) = info.asr
     assert program.supports_transcript_streaming and program.installed
+    assert program.requires_external_vad  # STT_WYOMING_ENDPOINTING=false
     assert [(m.name, m.languages, m.installed) for m in program.models] == [
         ("tiny.en", ["en"], True)
     ]

@@ -13,18 +13,20 @@ from fastapi import UploadFile
 from app.api.errors import to_api_error
 from app.api.forms import AudioForm
 from app.api.live.audio_stream_config import StreamConfig, apply_update
-from app.api.live.realtime_config import RealtimeConfig, apply_ga
+from app.api.live.realtime_config import RealtimeConfig, TurnDetection, apply_ga
 from app.api.live.stream_options import (
     audio_stream_options,
     live_defaults,
     realtime_default,
     realtime_options,
     wyoming_options,
+    wyoming_sensitivity,
 )
 from app.config import Settings
 from app.service.errors import Rejected
 from app.service.live import FramedPcm, PcmInput, VadOptions
 from app.service.live.options import LiveDefaults, pcm_rate
+from app.service.live.turns import CANDIDATE_SILENCE_S, TurnRules
 from app.service.models.options import DownloadsDisabledError
 from app.service.pool import PoolClosedError, QueueFullError
 from app.service.transcription.jobs import ModelUnavailableError, UnknownModelError
@@ -68,7 +70,7 @@ def _language_on_every_path(model: _Model, language: str) -> dict[str, str | Non
     rest = _form().options(model, task="transcribe", language=language)  # type: ignore[arg-type]
     realtime = realtime_options(RealtimeConfig(language=language), model, defaults)  # type: ignore[arg-type]
     config = apply_update(StreamConfig(model, None), {"language": language}, _Registry(model))  # type: ignore[arg-type]
-    stream, job = wyoming_options(model, language, defaults)  # type: ignore[arg-type]
+    stream, job = wyoming_options(model, language, defaults, None)  # type: ignore[arg-type]
     return {
         "rest": rest.language,
         "realtime": realtime.language,
@@ -104,7 +106,7 @@ def test_a_language_the_model_cannot_run_is_refused_alike_on_every_path(
         lambda: _form().options(model, task="transcribe", language=language),
         lambda: realtime_options(RealtimeConfig(language=language), model, defaults),
         lambda: apply_update(StreamConfig(model, None), {"language": language}, _Registry(model)),
-        lambda: wyoming_options(model, language, defaults),
+        lambda: wyoming_options(model, language, defaults, None),
     ]
     for build in builders:
         with pytest.raises(Rejected) as info:
@@ -172,10 +174,43 @@ def test_the_default_vad_is_decided_once_for_every_protocol(installed: bool, wan
     client_turns = RealtimeConfig(turn_detection=None)  # the client commits: VAD only skips silence
     assert realtime_options(client_turns, model, defaults).vad == default_vad  # type: ignore[arg-type]
     assert audio_stream_options(StreamConfig.default(model, defaults), defaults).vad == default_vad  # type: ignore[arg-type]
-    assert wyoming_options(model, None, defaults)[0].vad == default_vad  # type: ignore[arg-type]
+    assert wyoming_options(model, None, defaults, None)[0].vad == default_vad  # type: ignore[arg-type]
     # server VAD cuts Realtime turns whenever the model is installed, whatever STT_VAD_FILTER says
     server_turns = realtime_options(realtime_default(defaults), model, defaults)  # type: ignore[arg-type]
     assert (server_turns.vad is not None) == installed
+
+
+@pytest.mark.parametrize(
+    ("sensitivity", "eagerness", "silence_s"),
+    [("relaxed", "low", 1.25), ("default", "auto", 0.7), ("aggressive", "high", 0.25)],
+)
+def test_wyoming_ends_a_command_by_its_vad_sensitivity(sensitivity, eagerness, silence_s) -> None:
+    """With the turn model the command ends as Realtime's semantic_vad of the same eagerness
+    ends a turn; without it, at Home Assistant's own VAD's silence for that sensitivity."""
+    model = _Model()
+    with_turns = _defaults()
+    options = wyoming_options(model, None, with_turns, sensitivity)[0]  # type: ignore[arg-type]
+    semantic_vad = TurnDetection(type="semantic_vad", eagerness=eagerness)
+    semantic = realtime_options(RealtimeConfig(turn_detection=semantic_vad), model, with_turns)  # type: ignore[arg-type]
+    assert options.turn == semantic.turn == TurnRules.of(eagerness)
+    assert options.vad == VadOptions(min_silence_s=CANDIDATE_SILENCE_S)
+    settings = Settings(models=["base"])
+    no_turns = live_defaults(settings, TranscriptionOptions(), True, False)
+    options = wyoming_options(model, None, no_turns, sensitivity)[0]  # type: ignore[arg-type]
+    assert options.turn is None and options.vad == VadOptions(min_silence_s=silence_s)
+    assert wyoming_sensitivity(sensitivity) == sensitivity
+
+
+def test_wyoming_without_endpointing_or_vad_leaves_the_end_to_the_client() -> None:
+    model = _Model()
+    assert wyoming_options(model, None, _defaults(), None)[0].turn is None  # type: ignore[arg-type]
+    no_vad = _defaults(vad_installed=False)
+    assert wyoming_options(model, None, no_vad, "default")[0].vad is None  # type: ignore[arg-type]
+    assert wyoming_sensitivity(None) == "default"
+    with pytest.raises(Rejected) as info:
+        wyoming_sensitivity("sleepy")
+    assert info.value.code == "invalid_vad_sensitivity"
+    assert "relaxed, default, aggressive" in info.value.message
 
 
 def test_the_form_builds_the_options_the_model_can_run() -> None:

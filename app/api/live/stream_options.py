@@ -26,6 +26,13 @@ from app.service.transcription.options import TranscriptionOptions, model_langua
 REALTIME_LANGUAGE = "session.audio.input.transcription.language"
 REALTIME_TURNS = "session.audio.input.turn_detection.type"
 WYOMING_BEAM_SIZE = 1  # voice commands: greedy, as Home Assistant's own Whisper add-on defaults to
+# Home Assistant's `vad_sensitivity` (wyoming `transcribe`) as the end of a command: with the
+# turn model, the eagerness of semantic turn detection (relaxed waits longest on an unfinished
+# pause); without it, the silence that ends the command (Home Assistant's own VAD's: 1.25, 0.7,
+# 0.25 s)
+SENSITIVITIES: tuple[str, ...] = ("relaxed", "default", "aggressive")
+_EAGERNESS = {"relaxed": "low", "default": "auto", "aggressive": "high"}
+_SILENCE_S = {"relaxed": 1.25, "default": 0.7, "aggressive": 0.25}
 
 
 def live_defaults(
@@ -99,14 +106,33 @@ def audio_stream_options(config: StreamConfig, defaults: LiveDefaults) -> Stream
     )
 
 
+def wyoming_sensitivity(value: object) -> str:
+    """`transcribe`'s `vad_sensitivity` (None: "default"), checked."""
+    value = getattr(value, "value", value)  # the wyoming package's enum or the string it kept
+    if value is None:
+        return "default"
+    if value not in SENSITIVITIES:
+        raise Rejected(
+            "invalid_vad_sensitivity",
+            f"vad_sensitivity must be one of {', '.join(SENSITIVITIES)}, not {value!r}",
+        )
+    return str(value)
+
+
 def wyoming_options(
-    model: LoadedModel, language: str | None, defaults: LiveDefaults
+    model: LoadedModel, language: str | None, defaults: LiveDefaults, endpoint: str | None
 ) -> tuple[StreamingOptions, TranscriptionJob]:
     """A Wyoming utterance on `model` in `language` (as `transcribe` named it; None = detect):
     the live session's options (for the transcript chunks; its VAD, when on, watches for the
     `PAUSE_S` pause that starts the whole pass early) and the whole-utterance job (the
-    transcript: greedy, the server's defences)."""
+    transcript: greedy, the server's defences). `endpoint`: the `vad_sensitivity` by which
+    the session ends the command (its end of turn: `SpeechStopped`), None: the client ends it."""
     code = model_language(model.name, model.multilingual, language)
     job_options = replace(model.base_options, language=code, beam_size=WYOMING_BEAM_SIZE)
-    session = defaults.options(language=code, pause_s=PAUSE_S)
-    return session, TranscriptionJob(b"", job_options)
+    job = TranscriptionJob(b"", job_options)
+    if endpoint is None or not defaults.vad_installed:
+        return defaults.options(language=code, pause_s=PAUSE_S), job
+    turn = TurnRules.of(_EAGERNESS[endpoint]) if defaults.turn_installed else None
+    silence_s = CANDIDATE_SILENCE_S if turn is not None else _SILENCE_S[endpoint]
+    vad = VadOptions(min_silence_s=silence_s)
+    return defaults.options(language=code, vad=vad, pause_s=PAUSE_S, turn=turn), job

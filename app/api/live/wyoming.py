@@ -3,13 +3,26 @@ limits as the HTTP API (`STT_WYOMING_PORT`; off when empty).
 
 One connection at a time per client, events framed by the `wyoming` package:
 
-    describe                      -> info (an `asr` program: the models, their languages)
-    transcribe {name, language}   -> (model and language of the next utterance; optional)
+    describe                      -> info (an `asr` program: the models, their languages,
+                                     whether the server ends commands itself)
+    transcribe {name, language, vad_sensitivity}
+                                  -> (model, language, end of command of the next utterance;
+                                     optional)
     audio-start {rate, width, channels}
                                   -> transcript-start {language}
     audio-chunk ... (PCM)         -> transcript-chunk {text} as words are committed, while the
                                      person speaks (the live-session core the WebSocket uses)
-    audio-stop                    -> transcript {text, language}, transcript-stop
+    (the end of the turn)         -> transcript {text, language}, transcript-stop: with
+                                     STT_WYOMING_ENDPOINTING (default on, with the VAD model)
+    audio-stop                    -> transcript {text, language}, transcript-stop, unless the
+                                     end of the turn answered already
+
+Endpointing: the server tells Home Assistant it needs no external VAD
+(`requires_external_vad: false`), hears where the command ends (the live session's end of
+turn: semantic turn detection with the turn model, `vad_sensitivity` relaxed / default /
+aggressive as its eagerness low / auto / high; without it the VAD's silence, 1.25 / 0.7 /
+0.25 s as Home Assistant's own VAD) and answers then; audio sent after that, before
+`audio-stop`, is past the command and not transcribed.
 
 The `transcript` is the whole utterance transcribed as an uploaded file is (greedy, the server's
 defences), on the shared worker pool, started as soon as the speaker pauses
@@ -49,13 +62,14 @@ from wyoming.server import AsyncTcpServer
 
 from app.api.discovery import WyomingAnnouncement
 from app.api.live.connection import LiveDeps
-from app.api.live.stream_options import wyoming_options
+from app.api.live.stream_options import wyoming_options, wyoming_sensitivity
 from app.api.live.wyoming_framing import BoundedReader, close_gently
 from app.api.services import Services
 from app.service.errors import Rejected
 from app.service.live import (
     AudioDecodeError,
     CommittedText,
+    Finalized,
     FramedPcm,
     LiveRunner,
     Outbox,
@@ -109,13 +123,18 @@ class WyomingServer:
         return SttHandler(reader, writer, self, self.services)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _InFlight:
-    """One utterance in flight: its admission by the live host, its format, its session."""
+    """One utterance in flight: its admission by the live host, its format, its session;
+    `endpoint`: its end of turn answers it; `worded`: the session committed words;
+    `answer`: the answer under way once its turn ended (audio after it is past the command)."""
 
     deps: LiveDeps
     pcm: FramedPcm
     utterance: Utterance
+    endpoint: bool
+    worded: bool = False
+    answer: asyncio.Task[None] | None = None
 
     async def end(self) -> None:
         await self.utterance.close()
@@ -141,6 +160,7 @@ class SttHandler:
         self.idle_timeout = settings.stream_idle_timeout_s
         self.model_name: str | None = None  # None = the default model
         self.language: str | None = None
+        self.sensitivity = "default"  # transcribe's vad_sensitivity (endpointing)
         self.current: _InFlight | None = None
         self.outbox: Outbox[Event] = Outbox()
         self._sender = asyncio.create_task(self._send(), name="wyoming-sender")
@@ -206,7 +226,9 @@ class SttHandler:
             request = Transcribe.from_event(event)
             model = self._model(self.models, request.name)
             model_language(model.name, model.multilingual, request.language)  # checked now
+            sensitivity = wyoming_sensitivity(request.vad_sensitivity)
             self.model_name, self.language = request.name, request.language
+            self.sensitivity = sensitivity
         elif AudioStart.is_type(event.type):
             await self._start(AudioStart.from_event(event))
         elif AudioChunk.is_type(event.type):
@@ -235,8 +257,16 @@ class SttHandler:
             version=None,
             models=models,
             supports_transcript_streaming=True,
+            requires_external_vad=not self._endpointing,
+            prefers_auto_gain_enabled=False,  # the front end does not depend on the level
+            prefers_noise_reduction_enabled=False,
         )
         return Info(asr=[program])
+
+    @property
+    def _endpointing(self) -> bool:
+        """The server ends commands itself: the setting is on and the VAD model loaded."""
+        return self.services.settings.wyoming_endpointing and self.models.vad is not None
 
     def _model(self, models: SessionModels, name: str | None) -> LoadedModel:
         self.services.gate.check("session")
@@ -250,9 +280,10 @@ class SttHandler:
             raise Rejected("unsupported_audio", f"unsupported audio: {e}") from e
         host = self.services.live
         deps = LiveDeps(self.services.settings, host, host.admit())
+        endpoint = self.sensitivity if self._endpointing else None
         try:
             model = self._model(deps.models, self.model_name)
-            options, job = wyoming_options(model, self.language, deps.defaults)
+            options, job = wyoming_options(model, self.language, deps.defaults, endpoint)
         except Rejected:
             deps.admission.close()
             raise
@@ -260,13 +291,15 @@ class SttHandler:
             model, options, pcm, lambda e: self._on_event(runner, e), hear_at_once=True
         )
         utterance = Utterance(runner, model, host.pool, job, FINAL_PASS_MAX_S)
-        self.current = _InFlight(deps, pcm, utterance)
+        self.current = _InFlight(deps, pcm, utterance, endpoint is not None)
         self.outbox.put(TranscriptStart(language=job.options.language or None).event())
 
     def _chunk(self, chunk: AudioChunk) -> None:
         current = self.current
         if current is None:
             raise Rejected("no_audio_start", "audio-chunk before audio-start")
+        if current.answer is not None:
+            return  # past the end of the command, which was answered
         pcm = current.pcm
         announced = (pcm.sample_rate, pcm.width, pcm.channels)
         if (chunk.rate, chunk.width, chunk.channels) != announced:
@@ -281,17 +314,40 @@ class SttHandler:
             raise Rejected("invalid_audio", f"audio dropped: {e}") from e
 
     async def _stop(self) -> None:
-        if self.current is None:
+        current = self.current
+        if current is None:
             raise Rejected("no_audio_start", "audio-stop before audio-start")
-        text, language = await self.current.utterance.finish()
+        if current.answer is None:  # else its end of turn answered it (or is answering)
+            current.answer = asyncio.ensure_future(self._answer(current))
+        await self._end_utterance()  # raises what the answer raised (`Rejected`: to the client)
+
+    async def _answer(self, current: _InFlight) -> None:
+        """The command ended (its end of turn, or audio-stop): transcript, transcript-stop."""
+        text, language = await current.utterance.finish()
         await self.outbox.wait_sent(self._sender)  # every transcript-chunk before the transcript
         self.outbox.put(Transcript(text=text, language=language).event())
         self.outbox.put(TranscriptStop().event())
-        await self._end_utterance()
+
+    async def _answer_at_end(self, current: _InFlight) -> None:
+        """`_answer` at the end of the turn, while audio may still arrive."""
+        try:
+            await self._answer(current)
+        except Rejected as e:
+            self._error(e)
 
     async def _end_utterance(self) -> None:
-        current, self.current = self.current, None
-        if current is not None:
+        """The utterance is over: its answer (if under way) sent, its session ended. It stays
+        the current one while it answers: the session's events (its VAD hearing speech go on)
+        still reach it."""
+        current = self.current
+        if current is None:
+            return
+        try:
+            if current.answer is not None:
+                await current.answer
+        finally:
+            if self.current is current:
+                self.current = None
             await current.end()
 
     # ---- output ---------------------------------------------------------------------------
@@ -304,7 +360,17 @@ class SttHandler:
         if isinstance(event, VoiceActivity):
             current.utterance.voice(event)
         elif isinstance(event, CommittedText) and event.text.strip():
+            current.worded = True
             self.outbox.put(TranscriptChunk(text=event.text).event())
+        elif (
+            isinstance(event, Finalized)
+            and event.reason == "pause"
+            and current.endpoint
+            and current.worded
+            and current.answer is None
+        ):  # the turn that said words ended: the command is over
+            log.info("wyoming: the command ended at %.2f s", event.at)
+            current.answer = asyncio.ensure_future(self._answer_at_end(current))
 
     async def _send(self) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):  # the client left

@@ -113,6 +113,7 @@ class StreamingSession:
             tuple(self.tokenizer.encode(" " + options.prompt.strip())) if options.prompt else ()
         )
         self.inbox = Inbox()
+        self._handing = threading.Lock()  # `listen`: the VAD's events handed on in order
         self._buf = AudioBuffer(N_SAMPLES_PER_WINDOW + 2 * ADMIT_SLICE)
         self.transcript = Transcript(self.on_event)
         self.commits = Commits()
@@ -157,8 +158,9 @@ class StreamingSession:
         only what it admits: the rest of a backlog waits for the next admission, so a pause's
         finalization does not first wait for the VAD over the audio after it."""
         if self._vad is not None:
-            for event in self._vad.listen(until):
-                self.on_event(VoiceActivity(event.kind, round(event.sample / SAMPLE_RATE, 3)))
+            with self._handing:  # returns once what others heard before it was handed on too
+                for event in self._vad.listen(until):
+                    self.on_event(VoiceActivity(event.kind, round(event.sample / SAMPLE_RATE, 3)))
 
     @property
     def language(self) -> str | None:
