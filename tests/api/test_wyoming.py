@@ -41,19 +41,31 @@ MAX_SESSIONS = 2  # live sessions of the server: Wyoming utterances count as suc
 CHUNK_S = 0.1
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, int]:
+def start_wyoming(
+    tmp_path_factory: pytest.TempPathFactory, name: str, **settings: str
+) -> tuple[LiveServer, int]:
+    """A server with the Wyoming port on (no mDNS): it and the port."""
     port = free_port()
     live = start_server(
-        tmp_path_factory.mktemp("wyoming"),
-        "wyoming",
+        tmp_path_factory.mktemp(name),
+        name,
         STT_WYOMING_PORT=str(port),
         STT_WYOMING_HOST="127.0.0.1",
+        STT_WYOMING_ZEROCONF="",
+        **settings,
+    )
+    return live, port
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, int]:
+    live, port = start_wyoming(
+        tmp_path_factory,
+        "wyoming",
         STT_WYOMING_MAX_CLIENTS=str(MAX_CLIENTS),
         STT_STREAM_MAX_SESSIONS=str(MAX_SESSIONS),
         STT_STREAM_IDLE_TIMEOUT_S=str(IDLE_S),
         STT_STREAM_MAX_FRAME_KB=str(MAX_FRAME_KB),
-        STT_WYOMING_ZEROCONF="",
         STT_WYOMING_ENDPOINTING="false",  # Home Assistant's VAD ends commands (audio-stop)
     )
     yield live, port

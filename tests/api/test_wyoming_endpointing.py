@@ -17,25 +17,19 @@ from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 
-from tests.api.conftest import LiveServer, free_port, normalise, start_server, stop_server
-from tests.api.test_wyoming import CHUNK_S, jfk
+from tests.api.conftest import JFK_WAV, LiveServer, normalise, stop_server
+from tests.api.test_wyoming import CHUNK_S, jfk, start_wyoming
 
 pytestmark = pytest.mark.timeout(300)
 
 RATE = 16000
 AFTER_STOP_S = 2.0  # how long the client listens after audio-stop for anything more
+SILENCE_ON_S = 10.0  # most silence streamed after the audio while no transcript came
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, int]:
-    port = free_port()
-    live = start_server(
-        tmp_path_factory.mktemp("wyoming-endpointing"),
-        "wyoming-endpointing",
-        STT_WYOMING_PORT=str(port),
-        STT_WYOMING_HOST="127.0.0.1",
-        STT_WYOMING_ZEROCONF="",
-    )
+    live, port = start_wyoming(tmp_path_factory, "wyoming-endpointing")  # endpointing: default
     yield live, port
     stop_server(live)
 
@@ -49,7 +43,8 @@ Timed = list[tuple[float, Event]]
 
 
 async def command(port: int, audio: bytes, before: list[Event]) -> tuple[Timed, float]:
-    """[before...], audio-start, `audio` at real-time pace, audio-stop, then listen
+    """[before...], audio-start, `audio` at real-time pace, then silence on (as a microphone
+    goes on) until a transcript came or `SILENCE_ON_S` passed, audio-stop, then listen
     `AFTER_STOP_S` more: every event with its arrival time, and the time audio-stop was sent."""
     events: Timed = []
     async with AsyncTcpClient("127.0.0.1", port) as client:
@@ -58,13 +53,20 @@ async def command(port: int, audio: bytes, before: list[Event]) -> tuple[Timed, 
             while (event := await client.read_event()) is not None:
                 events.append((time.monotonic(), event))
 
+        def answered() -> bool:
+            return any(Transcript.is_type(e.type) for _, e in events)
+
         reader = asyncio.create_task(read())
         for event in before:
             await client.write_event(event)
         await client.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
         step = int(RATE * CHUNK_S) * 2
-        for offset in range(0, len(audio), step):
-            chunk = AudioChunk(rate=RATE, width=2, channels=1, audio=audio[offset : offset + step])
+        silence = b"\0\0" * int(RATE * SILENCE_ON_S)
+        for offset in range(0, len(audio) + len(silence), step):
+            if offset >= len(audio) and answered():
+                break
+            piece = (audio + silence)[offset : offset + step]
+            chunk = AudioChunk(rate=RATE, width=2, channels=1, audio=piece)
             await client.write_event(chunk.event())
             await asyncio.sleep(CHUNK_S)
         await client.write_event(AudioStop().event())
@@ -105,6 +107,19 @@ def test_the_command_is_answered_at_the_end_of_its_turn_before_audio_stop(server
     text = normalise(transcript.text)
     assert text == "ask what you can do for your country", text
     assert "the command ended" in server[0].log_tail()
+
+
+def test_a_long_command_is_not_cut_at_15_s(server) -> None:
+    """Home Assistant's own VAD stops a command at 15 s; ours ends it where the turn ends: a
+    21 s command (a LibriSpeech sentence said twice, no pause between) is one transcript."""
+    said = jfk(RATE, path=JFK_WAV.parent / "1089-134686-0000.flac")
+    events, stopped = asyncio.run(command(server[1], said + said, []))
+    transcripts = [(t, Transcript.from_event(e)) for t, e in events if Transcript.is_type(e.type)]
+    assert len(transcripts) == 1, [e.type for _, e in events]
+    answered, transcript = transcripts[0]
+    text = normalise(transcript.text)
+    assert text.count("stew for dinner") == 2 and text.endswith("sauce"), text  # both, whole
+    assert answered < stopped, stopped - answered  # at the end of the turn, in the silence after
 
 
 def test_an_unknown_vad_sensitivity_gets_an_error_and_the_connection_goes_on(server) -> None:
