@@ -22,6 +22,7 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,15 +55,26 @@ def word_gaps(loud: np.ndarray) -> list[int]:
     return gaps
 
 
-def conversation(seed: int, limit: int) -> tuple[np.ndarray, list[tuple[int, int]], list[int]]:
-    """Audio; the inserted pauses (start, end samples); the true ends of speech (samples)."""
+@dataclass(frozen=True)
+class Command:
+    """One utterance with its inserted pause: audio (no trailing silence), the pause (start,
+    end samples), the true end of speech (samples), the reference text."""
+
+    audio: np.ndarray
+    pause: tuple[int, int]
+    end: int
+    text: str
+
+
+def commands(seed: int, limit: int) -> list[Command]:
+    """Devcorpus utterances in a seeded order, each with a mid-sentence pause of 0.3-1.5 s
+    inserted at one of its own word gaps (utterances without one are left out)."""
     from app.engine.audio import decode_audio
 
     rng = np.random.default_rng(seed)
     rows = entries(CORPUS)
-    order = rng.permutation(len(rows))[:limit]
-    parts, pauses, ends, at = [], [], [], 0
-    for index in order:
+    found = []
+    for index in rng.permutation(len(rows))[:limit]:
         audio = decode_audio(CORPUS / rows[index]["file"])
         loud = loud_frames(audio)
         gaps = word_gaps(loud)
@@ -71,10 +83,21 @@ def conversation(seed: int, limit: int) -> tuple[np.ndarray, list[tuple[int, int
         cut = gaps[rng.integers(len(gaps))] * FRAME
         pause = np.zeros(round(rng.uniform(0.3, 1.5) * RATE), np.float32)
         last = (np.flatnonzero(loud)[-1] + 1) * FRAME + pause.shape[0]
-        parts += [audio[:cut], pause, audio[cut:], np.zeros(round(TAIL_S * RATE), np.float32)]
-        pauses.append((at + cut, at + cut + pause.shape[0]))
-        ends.append(at + last)
-        at += audio.shape[0] + pause.shape[0] + round(TAIL_S * RATE)
+        joined = np.concatenate([audio[:cut], pause, audio[cut:]])
+        found.append(Command(joined, (cut, cut + pause.shape[0]), last, rows[index]["text"]))
+    return found
+
+
+def conversation(seed: int, limit: int) -> tuple[np.ndarray, list[tuple[int, int]], list[int]]:
+    """The commands joined, each followed by `TAIL_S` of silence: audio; the inserted pauses
+    (start, end samples); the true ends of speech (samples)."""
+    parts, pauses, ends, at = [], [], [], 0
+    tail = np.zeros(round(TAIL_S * RATE), np.float32)
+    for command in commands(seed, limit):
+        parts += [command.audio, tail]
+        pauses.append((at + command.pause[0], at + command.pause[1]))
+        ends.append(at + command.end)
+        at += command.audio.shape[0] + tail.shape[0]
     return np.concatenate(parts), pauses, ends
 
 

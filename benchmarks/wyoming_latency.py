@@ -1,7 +1,9 @@
 """Home Assistant's view: audio-stop -> transcript over the Wyoming protocol, ours vs
 wyoming-faster-whisper on the same weights and threads.
 
-Ours: a real uvicorn server with `STT_WYOMING_PORT` (default settings otherwise). The peer:
+Ours: a real uvicorn server with `STT_WYOMING_PORT` and `STT_WYOMING_ENDPOINTING=false` (the
+client's `audio-stop` ends the command, as the peer without `--vad-endpointing`; default
+settings otherwise). The peer:
 `wyoming-faster-whisper` (PyPI) in `.venv-peer` beside faster-whisper, started offline on the
 CTranslate2 folder the peer benchmarks use, int8, greedy (`--beam-size 1`, as ours answers a
 Wyoming utterance), the same `--cpu-threads`, English. Each utterance is sent as Home Assistant
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +126,10 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 300) 
     raise SystemExit(f"nothing answers on port {port}")
 
 
-def start_peer(model: str, threads: int, data_dir: Path) -> tuple[subprocess.Popen, int]:
+def start_peer(
+    model: str, threads: int, data_dir: Path, extra: Sequence[str] = ()
+) -> tuple[subprocess.Popen, int]:
+    """wyoming-faster-whisper on `model` (`extra`: more of its arguments)."""
     python = REPO / ".venv-peer" / "bin" / "python"
     if not python.is_file():
         raise SystemExit("the peer venv is missing: run `make bench-setup`")
@@ -132,7 +138,7 @@ def start_peer(model: str, threads: int, data_dir: Path) -> tuple[subprocess.Pop
         [str(python), "-m", "wyoming_faster_whisper", "--uri", f"tcp://127.0.0.1:{port}",
          "--model", str(common.peer_model_dir(model)), "--data-dir", str(data_dir),
          "--local-files-only", "--stt-library", "faster-whisper", "--compute-type", "int8",
-         "--beam-size", "1", "--cpu-threads", str(threads), "--language", "en"],
+         "--beam-size", "1", "--cpu-threads", str(threads), "--language", "en", *extra],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     wait_for_port(port, process)
@@ -170,7 +176,7 @@ def wyoming_bench(ports: dict[str, int], corpus: Path, rounds: int) -> str:
 def start_ours(model: str, models_dir: Path, threads: int, checkout: Path = REPO) -> tuple:
     port = free_port()
     settings = {"STT_THREADS": str(threads), "STT_WYOMING_PORT": str(port),
-                "STT_WYOMING_HOST": "127.0.0.1"}  # fmt: skip
+                "STT_WYOMING_HOST": "127.0.0.1", "STT_WYOMING_ENDPOINTING": "false"}  # fmt: skip
     return launch_server(model, models_dir, settings, checkout), port
 
 
