@@ -1,11 +1,13 @@
 """`make test-cpus`: the numerics- and words-sensitive tests (marker `cpu_kind`) under every CPU
 kind this machine can emulate besides its own (which `make test` covers).
 
-The tests that read real speech for its words (marker `words`, minutes each) run once per
-arithmetic, not per kind: a kind whose arithmetic (the precision the CPU computes in, int8 dot
-products or not: what `app.runtime.placement` decides by) the machine's own kind or an earlier
-lane already ran, runs only the numerics tests. Kinds of one arithmetic differ in their kernels'
-vector width, which the numerics tests check against the reference graphs on every kind.
+The tests marked `per_arithmetic` run once per arithmetic, not per kind: those that read real
+speech for its words (minutes each), and those on ONNX Runtime, whose kernels run as the
+machine's CPU does under any cap (only the runtime's decisions follow the kind). A kind whose
+arithmetic (the precision the CPU computes in, int8 dot products or not: what
+`app.runtime.placement` decides by) the machine's own kind or an earlier lane already ran, runs
+only the rest: OpenVINO's numerics, whose kernels differ by vector width, checked against the
+reference graphs on every kind.
 
 OpenVINO's CPU plugin is held by `ONEDNN_MAX_CPU_ISA` to each smaller instruction set that
 changes what it computes (int8 dot products or not, bf16 or not: `app.runtime.cpu_kind`); the
@@ -40,14 +42,14 @@ LANES = (
 
 @dataclass(frozen=True)
 class Lane:
-    """One run of the `cpu_kind` tests held to `cap`; `words`: with the `words` tests."""
+    """One run of the `cpu_kind` tests held to `cap`; `whole`: with the `per_arithmetic` ones."""
 
     cap: str
-    words: bool
+    whole: bool
 
     @property
     def markers(self) -> str:
-        return "cpu_kind" if self.words else "cpu_kind and not words"
+        return "cpu_kind" if self.whole else "cpu_kind and not per_arithmetic"
 
 
 def arithmetic(kind: CpuKind) -> tuple[str | None, bool]:
@@ -58,7 +60,7 @@ def arithmetic(kind: CpuKind) -> tuple[str | None, bool]:
 def lanes(machine: CpuKind) -> list[Lane]:
     """The caps that hold this machine to a kind of its own (by the kind's name: AVX-VNNI beside
     AVX-512 VNNI changes nothing), other than the machine's own kind, smallest first; each with
-    the words tests if its arithmetic is new."""
+    the `per_arithmetic` tests if its arithmetic is new."""
     own = CpuKind(machine.groups)
     kinds, arithmetics = {own.name}, {arithmetic(own)}
     chosen = []
@@ -66,7 +68,7 @@ def lanes(machine: CpuKind) -> list[Lane]:
         kind = CpuKind(machine.held(cap).groups)  # the kind, without "held by"
         if kind.name not in kinds:
             kinds.add(kind.name)
-            chosen.append(Lane(cap, words=arithmetic(kind) not in arithmetics))
+            chosen.append(Lane(cap, whole=arithmetic(kind) not in arithmetics))
             arithmetics.add(arithmetic(kind))
     return chosen
 
@@ -95,7 +97,7 @@ def main(args: list[str]) -> int:
     failed = False
     for lane in lanes(machine):
         summary, seconds, code = run(lane, args)
-        what = "" if lane.words else ", numerics only (its arithmetic's words are read above)"
+        what = "" if lane.whole else ", OpenVINO's numerics only (its arithmetic ran above)"
         name = machine.held(lane.cap).name
         print(f"{name}{what}: {summary} ({seconds / 60:.1f} min)", flush=True)
         failed |= code != 0

@@ -26,7 +26,7 @@ from tests.engine import devcorpus
 # arithmetic (tests/cpu_lanes.py); base's pass over the devcorpus runs on the machine's own kind
 # only (`make test`): the lanes' time budget
 PER_KIND = pytest.mark.cpu_kind
-PER_ARITHMETIC = [pytest.mark.cpu_kind, pytest.mark.words]
+PER_ARITHMETIC = [pytest.mark.cpu_kind, pytest.mark.per_arithmetic]
 
 ROWS = 8
 PAST = 20

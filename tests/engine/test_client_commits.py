@@ -22,7 +22,7 @@ from tests.api.test_realtime_turns import client_commit_points, normalise, word_
 from tests.engine.conftest import EARNINGS, ENGLISH_CLIPS, REFERENCES, clip
 
 # `make test-cpus` reads these under each arithmetic the machine can emulate (tests/cpu_lanes.py)
-pytestmark = [pytest.mark.cpu_kind, pytest.mark.words]
+pytestmark = [pytest.mark.cpu_kind, pytest.mark.per_arithmetic]
 
 ELLIPSES = ("...", "…")
 

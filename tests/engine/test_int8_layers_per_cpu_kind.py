@@ -24,6 +24,7 @@ from app.runtime.placement import open_graph
 from tests.conftest import model_dir
 
 pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
+ON_ONNX_RUNTIME = pytest.param("cpu", marks=pytest.mark.per_arithmetic)  # its kernels: the CPU's
 
 ROWS = 64  # input rows a layer is run on
 
@@ -112,7 +113,7 @@ def int8_layers(path: Path) -> list[Int8Layer]:
     return layers
 
 
-@pytest.mark.parametrize("ep", ["openvino", "cpu"])
+@pytest.mark.parametrize("ep", ["openvino", ON_ONNX_RUNTIME])
 @pytest.mark.parametrize("stage", ["encoder", "decoder"])
 @pytest.mark.parametrize("name", ["tiny.en", "base"])
 def test_every_int8_layer_served_gives_its_integer_result_on_this_cpu_kind(

@@ -27,7 +27,7 @@ from tests.engine.conftest import ENGLISH_CLIPS, REFERENCES, clip
 
 # `make test-cpus` reads these words under each arithmetic the machine can emulate (cpu_lanes);
 # base's pass over the devcorpus on the machine's own kind only (`make test`): the lanes' budget
-PER_ARITHMETIC = [pytest.mark.cpu_kind, pytest.mark.words]
+PER_ARITHMETIC = [pytest.mark.cpu_kind, pytest.mark.per_arithmetic]
 
 # faster-whisper int8 (its usual CPU setting), same clips, same normalisation, in percent; its
 # greedy figures were tiny.en 2.79, base 1.59 (greedy is judged on the devcorpus instead)
@@ -67,7 +67,7 @@ def test_greedy_errors_within_the_paired_noise_of_faster_whisper(model, transcri
 
 
 @pytest.mark.cpu_kind
-@pytest.mark.words
+@pytest.mark.per_arithmetic
 @pytest.mark.parametrize(("model", "beam_size"), list(PEER_WER))
 def test_beam_wer_within_a_point_of_faster_whisper(model, beam_size, transcribers):
     wer = corpus_wer(transcribers[model], model, beam_size)
@@ -77,7 +77,7 @@ def test_beam_wer_within_a_point_of_faster_whisper(model, beam_size, transcriber
 
 
 @pytest.mark.cpu_kind
-@pytest.mark.words
+@pytest.mark.per_arithmetic
 @pytest.mark.parametrize("model", ["tiny.en", "base"])
 def test_beam_is_at_least_as_good_as_greedy(model, transcribers):
     greedy = corpus_wer(transcribers[model], model, 1)

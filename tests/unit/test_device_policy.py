@@ -134,22 +134,22 @@ def test_threads_and_cache_reach_openvino(tmp_path) -> None:
     ("flags", "expected"),
     [
         ("avx2 fma", []),  # an AVX2-only CPU is its own and only kind
-        ("avx2 avx512f avx512_vnni", ["AVX2 words", "AVX512_CORE"]),  # a Xeon with VNNI, no bf16
+        ("avx2 avx512f avx512_vnni", ["AVX2 whole", "AVX512_CORE"]),  # a Xeon with VNNI, no bf16
         (
             "avx2 avx512f avx512_vnni avx512_bf16",
-            ["AVX2 words", "AVX512_CORE", "AVX512_CORE_VNNI words"],
+            ["AVX2 whole", "AVX512_CORE", "AVX512_CORE_VNNI whole"],
         ),
         (
             "avx2 avx_vnni avx512f avx512_vnni avx512_bf16 amx_int8 amx_bf16",
             [
-                *("AVX2 words", "AVX2_VNNI words"),
+                *("AVX2 whole", "AVX2_VNNI whole"),
                 *("AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"),
             ],
         ),
     ],
 )
-def test_make_test_cpus_runs_each_kind_once_and_the_words_once_per_arithmetic(
+def test_make_test_cpus_runs_each_kind_once_and_some_tests_once_per_arithmetic(
     flags, expected
 ) -> None:
     chosen = lanes(kind_of(frozenset(flags.split()), None))
-    assert [f"{lane.cap}{' words' * lane.words}" for lane in chosen] == expected
+    assert [f"{lane.cap}{' whole' * lane.whole}" for lane in chosen] == expected

@@ -16,6 +16,7 @@ from app.runtime.graphs import openvino_core
 from app.runtime.placement import open_graph, openvino_properties
 
 pytestmark = pytest.mark.cpu_kind  # `make test-cpus` runs it under each CPU kind
+ON_ONNX_RUNTIME = pytest.param("cpu", marks=pytest.mark.per_arithmetic)  # its kernels: the CPU's
 
 INT8 = WeightFormat("float16", int8_matrices=True, int8_inputs=True)
 ROWS, IN, OUT = 64, 256, 128
@@ -73,7 +74,7 @@ def test_layers_reading_one_input_share_its_int8_round_trip(tmp_path: Path) -> N
     assert [n.op_type for n in g.model().graph.node].count("QuantizeLinear") == 1
 
 
-@pytest.mark.parametrize("ep", ["openvino", "cpu"])
+@pytest.mark.parametrize("ep", ["openvino", ON_ONNX_RUNTIME])
 def test_an_int8_input_linear_computes_on_the_int8_grids(ep: str, tmp_path: Path) -> None:
     x, weight, bias = _weights()
     reach = float(np.abs(x).max()) * 0.5  # half of x saturates: the range is a hard limit
@@ -148,7 +149,7 @@ def test_an_int8_table_gives_each_token_its_own_row_and_scale(
     np.testing.assert_allclose(rows, expected, rtol=tolerance, atol=0)
 
 
-@pytest.mark.parametrize("ep", ["openvino", "cpu"])
+@pytest.mark.parametrize("ep", ["openvino", ON_ONNX_RUNTIME])
 def test_an_int8_projection_computes_on_the_int8_grids(ep: str, tmp_path: Path) -> None:
     x, table, _ = _weights()
     reach = float(np.abs(x).max()) * 0.5
