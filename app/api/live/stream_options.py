@@ -126,7 +126,8 @@ def wyoming_options(
     the live session's options (for the transcript chunks; its VAD, when on, watches for the
     `PAUSE_S` pause that starts the whole pass early) and the whole-utterance job (the
     transcript: greedy, the server's defences). `endpoint`: the `vad_sensitivity` by which
-    the session ends the command (its end of turn: `SpeechStopped`), None: the client ends it."""
+    the session ends the command (its end of turn, then `Finalized("pause")`), None: the client
+    ends it (`audio-stop`)."""
     code = model_language(model.name, model.multilingual, language)
     job_options = replace(model.base_options, language=code, beam_size=WYOMING_BEAM_SIZE)
     job = TranscriptionJob(b"", job_options)

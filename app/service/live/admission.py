@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -154,15 +155,16 @@ class Hearing:
         with self._queue_lock:
             self._unheard.append(at)
 
-    def listen(self, until: int | None = None) -> list[VadEvent]:
+    def listen(self, hear: Callable[[VadEvent], None], until: int | None = None) -> None:
         """Run the VAD over the audio put since the last call, up to absolute sample `until`
-        (all of it without); the new events."""
+        (all of it without), handing each new event to `hear` as it is decided. One listener
+        at a time: a call returns once every event heard before it (by any thread) was handed
+        on."""
         with self._lock:
-            heard: list[VadEvent] = []
             while True:
                 with self._queue_lock:
                     if not self._unheard:
-                        return heard
+                        return
                     audio = self._unheard[0]
                     if isinstance(audio, int):
                         self._unheard.popleft()
@@ -170,7 +172,7 @@ class Hearing:
                         continue
                     room = audio.shape[0] if until is None else until - self._put_heard
                     if room <= 0:
-                        return heard
+                        return
                     if room < audio.shape[0]:
                         audio, self._unheard[0] = audio[:room], audio[room:]
                     else:
@@ -180,7 +182,7 @@ class Hearing:
                 for i in range(0, audio.shape[0], CHUNK_SAMPLES):  # one chunk decides at most
                     for event in stream.feed(audio[i : i + CHUNK_SAMPLES]):
                         self._decided.append((stream.position, event))
-                        heard.append(event)
+                        hear(event)
 
     def decided(self, until: int) -> list[VadEvent]:
         """The events decided by absolute sample `until` that admission has not taken yet

@@ -54,7 +54,7 @@ from typing import Literal
 import numpy as np
 
 from app.engine.turn import TurnModel
-from app.engine.vad import SileroVad
+from app.engine.vad import SileroVad, VadEvent
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.runtime.steps import Steps
 from app.service.live import commits, turns
@@ -113,7 +113,6 @@ class StreamingSession:
             tuple(self.tokenizer.encode(" " + options.prompt.strip())) if options.prompt else ()
         )
         self.inbox = Inbox()
-        self._handing = threading.Lock()  # `listen`: the VAD's events handed on in order
         self._buf = AudioBuffer(N_SAMPLES_PER_WINDOW + 2 * ADMIT_SLICE)
         self.transcript = Transcript(self.on_event)
         self.commits = Commits()
@@ -158,9 +157,10 @@ class StreamingSession:
         only what it admits: the rest of a backlog waits for the next admission, so a pause's
         finalization does not first wait for the VAD over the audio after it."""
         if self._vad is not None:
-            with self._handing:  # returns once what others heard before it was handed on too
-                for event in self._vad.listen(until):
-                    self.on_event(VoiceActivity(event.kind, round(event.sample / SAMPLE_RATE, 3)))
+            self._vad.listen(self._heard, until)
+
+    def _heard(self, event: VadEvent) -> None:
+        self.on_event(VoiceActivity(event.kind, round(event.sample / SAMPLE_RATE, 3)))
 
     @property
     def language(self) -> str | None:
