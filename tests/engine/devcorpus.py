@@ -8,7 +8,16 @@ kernels move a near-tie word or three (the AVX-512 BF16 EPYC: tiny.en greedy 11 
 AMX Xeon makes 7), which no fixed margin on so few words can tell from a loss.
 
 Texts of faster-whisper int8 on the same weights (greedy, English), for comparison, are in
-`tests/data/peer/` (`benchmarks/wer_paired.py transcribe --system fw-int8`).
+`tests/data/peer/` (`benchmarks/wer_paired.py transcribe --system fw-int8`); those of the exact
+computation (fp16 files computing f32, nothing quantized) in `tests/data/exact/`, written once
+(on the AMX Xeon) by
+
+    STT_DEVICE=CPU STT_PRECISION=f32 STT_ACTIVATION_QUANTIZATION=off \
+        .venv/bin/python -m benchmarks.wer_paired transcribe --model tiny.en \
+        --models-dir .cache/test-models-fp16 --out tests/data/exact/tiny.en-greedy.json
+
+f32 reads the same words on every CPU kind but for a near-tie or two (well inside the paired
+noise), so one pass stands for every kind and a test run need not repeat it.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from tests.conftest import REPO
 
 CORPUS = wer_paired.CORPUS
 PEERS = REPO / "tests" / "data" / "peer"
+EXACT = REPO / "tests" / "data" / "exact"
 _normaliser = EnglishTextNormalizer({})
 
 
@@ -55,6 +65,11 @@ def transcripts(transcriber: Transcriber, beam_size: int) -> dict[str, str]:
 def peer_texts(model: str) -> dict[str, str]:
     """faster-whisper int8's greedy texts of the corpus on `model`'s weights."""
     return json.loads((PEERS / f"fw-int8-{model}-greedy.json").read_text())["texts"]
+
+
+def exact_texts(model: str) -> dict[str, str]:
+    """The exact computation's greedy texts of the corpus on `model` (see the module doc)."""
+    return json.loads((EXACT / f"{model}-greedy.json").read_text())["texts"]
 
 
 def clip_errors(reference: str, hypothesis: str) -> int:
