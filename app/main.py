@@ -31,7 +31,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from app.api import docs as docs_api
 from app.api.errors import install_error_handlers
 from app.api.limits import UploadLimitMiddleware
-from app.api.live import audio_stream, page, realtime
+from app.api.live import audio_stream, client_secrets, page, realtime
 from app.api.live.wyoming import WyomingServer
 from app.api.metrics import Metrics, RequestMetricsMiddleware
 from app.api.routes import audio, health, metrics, models
@@ -350,6 +350,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(audio_stream.router)  # WebSocket /v1/audio/stream
     app.include_router(realtime.router)  # WebSocket /v1/realtime (OpenAI Realtime)
+    app.include_router(client_secrets.router)  # its short-lived keys
     app.include_router(page.router)  # the page at /
     app.include_router(docs_api.router)  # /openapi.json, /docs
     log.info(

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from app.api.forms import AudioForm
 from app.api.job_http import JobReply, read_upload
 from app.api.metrics import Metrics, Stopwatch
-from app.api.schemas import TextDoneEvent, TextSegmentJSON
+from app.api.schemas import LanguageJSON, TextDoneEvent, TextSegmentJSON
 from app.api.speaker_form import SpeakerForm
 from app.api.speaker_formats import diarized_body
 from app.config import Settings
@@ -70,7 +70,10 @@ async def respond(
         return await reply.stream(
             run,
             lambda runs: [TextSegmentJSON.of(next(ids), r) for r in runs],
-            lambda result: TextDoneEvent(text=result.transcription.text),
+            lambda result: TextDoneEvent(
+                text=result.transcription.text,
+                languages=LanguageJSON.listed(result.transcription.language),
+            ),
         )
     finally:
         lease.release_unless_handed_over()

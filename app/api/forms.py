@@ -21,6 +21,7 @@ from app.service.transcription.options import (
     MAX_REQUEST_TEMPERATURE,
     Task,
     TranscriptionOptions,
+    language_candidates,
     model_language,
     model_task,
 )
@@ -106,11 +107,7 @@ class AudioForm:
     def language_candidates(self, model: LoadedModel) -> tuple[str, ...]:
         """`languages[]` as the engine's language codes; `Rejected` (naming the field) for one
         the model cannot transcribe."""
-        codes = (
-            model_language(model.name, model.multilingual, candidate, param=LANGUAGES)
-            for candidate in self.languages
-        )
-        return tuple(dict.fromkeys(code for code in codes if code is not None))
+        return language_candidates(model.name, model.multilingual, self.languages, LANGUAGES)
 
     def check(self) -> None:
         """OpenAI's rules between fields (a 400 naming the field)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -39,13 +39,38 @@ class LogprobJSON(BaseModel):
     logprob: float
     bytes: list[int]
 
+    @classmethod
+    def of_words(
+        cls, words: Iterable[Word], token_bytes: Callable[[int], bytes]
+    ) -> list[LogprobJSON]:
+        """Every token of `words` (aligned words: each token with its log-prob)."""
+        return [
+            cls(token=raw.decode("utf-8", errors="replace"), logprob=p, bytes=list(raw))
+            for w in words
+            for t, p in zip(w.tokens, w.logprobs, strict=True)
+            for raw in [token_bytes(t)]
+        ]
+
+
+class LanguageJSON(BaseModel):
+    """A language the audio was read in (OpenAI's `languages` output): its ISO-639-1 code."""
+
+    code: str
+
+    @classmethod
+    def listed(cls, code: str | None) -> list[LanguageJSON]:
+        """OpenAI's list: the one language Whisper read the audio in; empty when unknown."""
+        return [cls(code=code)] if code else []
+
 
 class TranscriptionJSON(BaseModel):
-    """`response_format=json`."""
+    """`response_format=json`; `languages`: the language the text was read in (detected or
+    the one asked for)."""
 
     text: str
     logprobs: list[LogprobJSON] | None = None
     usage: UsageJSON | None = None
+    languages: list[LanguageJSON] | None = None
 
     @classmethod
     def from_result(
@@ -54,14 +79,10 @@ class TranscriptionJSON(BaseModel):
         """token_bytes: set for `include[]=logprobs` (the words must have been aligned)."""
         logprobs = None
         if token_bytes is not None:
-            logprobs = [
-                LogprobJSON(token=raw.decode("utf-8", errors="replace"), logprob=p, bytes=list(raw))
-                for s in result.segments
-                for w in s.words or ()
-                for t, p in zip(w.tokens, w.logprobs, strict=True)
-                for raw in [token_bytes(t)]
-            ]
-        return cls(text=result.text, logprobs=logprobs, usage=UsageJSON.of(result))
+            words = (w for s in result.segments for w in s.words or ())
+            logprobs = LogprobJSON.of_words(words, token_bytes)
+        return cls(text=result.text, logprobs=logprobs, usage=UsageJSON.of(result),
+                   languages=LanguageJSON.listed(result.language))  # fmt: skip
 
 
 class WordJSON(BaseModel):
@@ -203,6 +224,7 @@ class TextDoneEvent(BaseModel):
 
     type: Literal["transcript.text.done"] = "transcript.text.done"
     text: str
+    languages: list[LanguageJSON] | None = None  # as `TranscriptionJSON`'s
 
 
 class ErrorObject(BaseModel):

@@ -66,10 +66,24 @@ function realtimeUrl() {
   return scheme + "//" + location.host + "/v1/realtime?intent=transcription&partials=true";
 }
 
-function protocols() {
-  // browsers cannot set headers on a WebSocket: the key travels as a subprotocol, as OpenAI's
-  const key = apiKey();
-  return key ? ["realtime", "openai-insecure-api-key." + key] : ["realtime"];
+async function clientSecret(sampleRate) {
+  // a short-lived key made for this session's settings: the server's key never goes on the
+  // WebSocket (browsers cannot set its headers: the secret travels as a subprotocol, as OpenAI's)
+  const transcription = {};
+  if ($("model").value) transcription.model = $("model").value;
+  if ($("language").value.trim()) transcription.language = $("language").value.trim();
+  const input = { format: { type: "audio/pcm", rate: sampleRate }, transcription };
+  const r = await fetch("/v1/realtime/client_secrets", {
+    method: "POST",
+    headers: { ...authHeaders(), "Content-Type": "application/json" },
+    body: JSON.stringify({
+      expires_after: { anchor: "created_at", seconds: 60 },
+      session: { type: "transcription", audio: { input } },
+    }),
+  });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error ? body.error.message : "HTTP " + r.status);
+  return body.value;
 }
 
 function append(text) {
@@ -152,13 +166,17 @@ async function start() {
     $("start").disabled = false;
     return;
   }
-  socket = new WebSocket(realtimeUrl(), protocols());
+  let secret;
+  try {
+    secret = await clientSecret(audioContext.sampleRate);
+  } catch (e) {
+    setStatus("cannot start a session: " + e.message, true);
+    await stopAudio();
+    $("start").disabled = false;
+    return;
+  }
+  socket = new WebSocket(realtimeUrl(), ["realtime", "openai-insecure-api-key." + secret]);
   socket.onopen = () => {
-    const transcription = {};
-    if ($("model").value) transcription.model = $("model").value;
-    if ($("language").value.trim()) transcription.language = $("language").value.trim();
-    const input = { format: { type: "audio/pcm", rate: audioContext.sampleRate }, transcription };
-    socket.send(JSON.stringify({ type: "session.update", session: { type: "transcription", audio: { input } } }));
     const source = audioContext.createMediaStreamSource(mediaStream);
     workletNode = new AudioWorkletNode(audioContext, "capture-processor");
     workletNode.port.onmessage = (e) => {

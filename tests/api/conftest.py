@@ -149,3 +149,14 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
     if param != "?":
         assert error["param"] == param, error
     return error
+
+
+@pytest.fixture
+def base(server: LiveServer) -> Iterator[str]:
+    """The multilingual base on the shared server, loaded for the test and unloaded after it."""
+    deadline = time.monotonic() + 180
+    while httpx.post(server.url("/v1/models/base"), timeout=10).status_code != 200:
+        assert time.monotonic() < deadline, server.log_tail()
+        time.sleep(0.5)
+    yield "base"
+    httpx.delete(server.url("/v1/models/base"), timeout=10)

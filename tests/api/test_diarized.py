@@ -85,6 +85,7 @@ def test_known_speakers_are_named_and_segments_stream(
     )
     events = list(stream)
     assert events[-1].type == "transcript.text.done"
+    assert [lang.code for lang in events[-1].languages or []] == ["en"]
     segments = [e for e in events[:-1] if e.type == "transcript.text.segment"]
     assert len(segments) == len(events) - 1
     speakers = [(conversation.part_at(e.start, e.end), e.speaker) for e in segments]

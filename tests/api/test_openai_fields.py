@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import io
 import re
-import time
-from collections.abc import Iterator
 
-import httpx
 import openai
 import pytest
 import soundfile as sf
@@ -46,20 +43,26 @@ def test_keywords_guide_the_transcription_as_hotwords(client: openai.OpenAI) -> 
     assert [bool(FILLERS.search(text)) for text in texts] == [False, True], texts
 
 
-@pytest.fixture
-def base(server: LiveServer) -> Iterator[str]:
-    """The multilingual base, loaded for the test and unloaded after it."""
-    deadline = time.monotonic() + 180
-    while httpx.post(server.url("/v1/models/base"), timeout=10).status_code != 200:
-        assert time.monotonic() < deadline, server.log_tail()
-        time.sleep(0.5)
-    yield "base"
-    httpx.delete(server.url("/v1/models/base"), timeout=10)
-
-
 def test_languages_restrict_detection_to_the_candidates(client: openai.OpenAI, base: str) -> None:
     with JFK_WAV.open("rb") as f:
         result = client.audio.transcriptions.create(
             model=base, file=f, response_format="verbose_json", languages=["de", "French"]
         )
     assert result.language in ("german", "french")
+    with JFK_WAV.open("rb") as f:  # json names the language read in, as OpenAI's `languages`
+        picked = client.audio.transcriptions.create(model=base, file=f, languages=["de", "fr"])
+    code = {"german": "de", "french": "fr"}[result.language]
+    assert [lang.code for lang in picked.languages or []] == [code]
+
+
+def test_json_and_the_streams_end_name_the_language_the_text_was_read_in(
+    client: openai.OpenAI,
+) -> None:
+    with JFK_WAV.open("rb") as f:
+        result = client.audio.transcriptions.create(model="tiny.en", file=f)
+    assert [lang.code for lang in result.languages or []] == ["en"]
+    with JFK_WAV.open("rb") as f:
+        events = list(client.audio.transcriptions.create(model="tiny.en", file=f, stream=True))
+    done = events[-1]
+    assert done.type == "transcript.text.done"
+    assert [lang.code for lang in done.languages or []] == ["en"]

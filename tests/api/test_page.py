@@ -85,6 +85,7 @@ def test_page_transcribes_the_microphone(server: LiveServer, browser, tmp_path: 
     assert "conversation.item.input_audio_transcription.partial" in state["events"]
     assert "conversation.item.input_audio_transcription.delta" in state["events"]
     assert "conversation.item.input_audio_transcription.completed" in state["events"]
+    assert "session.updated" not in state["events"]  # its settings came with its client secret
     # partial text is styled apart from committed text
     partial_style = page.eval_on_selector("#partial", "e => getComputedStyle(e).fontStyle")
     committed_style = page.eval_on_selector("#committed", "e => getComputedStyle(e).fontStyle")
@@ -94,6 +95,19 @@ def test_page_transcribes_the_microphone(server: LiveServer, browser, tmp_path: 
     assert PHRASE in normalise(page.evaluate("window.sttState.done"))
     shutil.copy(shot, tmp_path / shot.name)
     context.close()
+
+
+def test_page_says_why_a_session_cannot_start_with_a_wrong_key(
+    strict_server: LiveServer, browser
+) -> None:
+    page = browser.new_page()
+    page.goto(strict_server.url("/"))
+    page.fill("#apikey", "not-the-key")
+    page.click("#start")
+    page.wait_for_function("document.getElementById('status').textContent.includes('key')")
+    assert page.inner_text("#status") == "cannot start a session: Incorrect API key provided."
+    assert page.is_enabled("#start")
+    page.close()
 
 
 def test_page_file_upload_streams_sse(server: LiveServer, browser) -> None:

@@ -18,15 +18,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import soundfile as sf
 import soxr
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, OpenAI
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.api.conftest import JFK_WAV, LiveServer, normalise, start_server, stop_server
+from app.api.live.realtime_config import MODEL_PARAM
+from tests.api.conftest import (
+    JFK_WAV,
+    LiveServer,
+    assert_openai_error,
+    normalise,
+    start_server,
+    stop_server,
+)
 from tests.api.test_stream_ws import JFK_MAX_WER, assert_close, rest_text
 from tests.media import g711_encode
 
@@ -506,6 +515,77 @@ def test_auth_as_the_rest_of_the_api(keyed_server: LiveServer) -> None:
     protocols = ["realtime", f"openai-insecure-api-key.{KEY}"]
     events, _ = asyncio.run(exchange(url, [], one, subprotocols=protocols))  # type: ignore[arg-type]
     assert events[0]["type"] == "session.created"
+
+
+def test_a_client_secret_opens_realtime_sessions_with_its_settings_and_nothing_else(
+    keyed_server: LiveServer,
+) -> None:
+    client = OpenAI(api_key=KEY, base_url=keyed_server.url("/v1"), max_retries=0)
+    inputs = {"format": {"type": "audio/pcmu"}, "transcription": {"keywords": ["Kennedy"]}}
+    secret = client.realtime.client_secrets.create(
+        expires_after={"anchor": "created_at", "seconds": 60},
+        session={"type": "transcription", "audio": {"input": inputs}},  # type: ignore[typeddict-item]
+    )
+    assert secret.value.startswith("ek_") and KEY not in secret.value
+    assert abs(secret.expires_at - (time.time() + 60)) < 5
+    assert secret.session.type == "transcription"
+    assert secret.session.audio.input.format.type == "audio/pcmu"  # type: ignore[union-attr]
+    url, one = realtime_url(keyed_server), lambda ev: len(ev) >= 1
+    # a browser's way: the secret as the subprotocol key
+    protocols = ["realtime", f"openai-insecure-api-key.{secret.value}"]
+    events, _ = asyncio.run(exchange(url, [], one, subprotocols=protocols))  # type: ignore[arg-type]
+    assert events[0]["type"] == "session.created"
+    opened = events[0]["session"]["audio"]["input"]
+    assert opened["format"] == {"type": "audio/pcmu"}
+    assert opened["transcription"]["keywords"] == ["Kennedy"]
+
+    async def sdk_greeting() -> Any:  # the SDK's way: the secret as its API key
+        ws_base = keyed_server.base_url.replace("http://", "ws://") + "/v1"
+        sdk = AsyncOpenAI(api_key=secret.value, base_url=keyed_server.url("/v1"),
+                          websocket_base_url=ws_base)  # fmt: skip
+        async with sdk.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+            async for event in conn:
+                return event
+
+    greeting = asyncio.run(sdk_greeting())
+    assert greeting.type == "session.created"
+    assert greeting.session.audio.input.format.type == "audio/pcmu"
+    # it opens nothing else: not the REST API, not another secret
+    bearer = {"Authorization": f"Bearer {secret.value}"}
+    for method, path in (("GET", "/v1/models"), ("POST", "/v1/realtime/client_secrets")):
+        r = httpx.request(method, keyed_server.url(path), headers=bearer, timeout=30)
+        assert assert_openai_error(r, 401)["code"] == "invalid_api_key"
+    altered = ["realtime", f"openai-insecure-api-key.{secret.value[:-2]}AA"]
+    events, code = asyncio.run(exchange(url, [], lambda ev: False, subprotocols=altered))  # type: ignore[arg-type]
+    assert code == 1008 and events[0]["error"]["code"] == "invalid_client_secret"
+
+
+TRANSCRIPTION_SESSION = {"type": "transcription"}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"session": {"type": "realtime"}}, 400, "session.type"),
+        ({"expires_after": {"anchor": "created_at", "seconds": 5}}, 400, "expires_after"),
+        ({"expires_after": {"anchor": "expires_at"}}, 400, "expires_after"),
+        ({"session": {**TRANSCRIPTION_SESSION, "audio": {"input": {
+            "transcription": {"model": "large-v9"}}}}}, 404, MODEL_PARAM),
+        ({"session": {**TRANSCRIPTION_SESSION, "audio": {"input": {
+            "turn_detection": {"type": "server_vad", "threshold": 2}}}}}, 400,
+         "session.audio.input.turn_detection.threshold"),
+        ({"session": {**TRANSCRIPTION_SESSION, "audio": {"input": {
+            "noise_reduction": {"type": "near_field"}}}}}, 400,
+         "session.audio.input.noise_reduction"),
+        ({"session": {**TRANSCRIPTION_SESSION, "voice": "alloy"}}, 400, "session.voice"),
+    ],
+)  # fmt: skip
+def test_a_client_secret_for_settings_a_session_would_not_take_is_refused_clearly(
+    keyed_server: LiveServer, body: dict[str, Any], status: int, param: str
+) -> None:
+    r = httpx.post(keyed_server.url("/v1/realtime/client_secrets"), json=body,
+                   headers={"Authorization": f"Bearer {KEY}"}, timeout=30)  # fmt: skip
+    assert_openai_error(r, status, param)
 
 
 def test_oversized_message_closes_1009(keyed_server: LiveServer) -> None:

@@ -53,7 +53,7 @@ def test_sse_wire_format_and_order(server: LiveServer) -> None:
     for _, event in events[:-1]:
         assert set(event) == {"type", "delta"} and event["delta"], event
     done = events[-1][1]
-    assert set(done) == {"type", "text"}
+    assert set(done) == {"type", "text", "languages"} and done["languages"] == [{"code": "en"}]
     assert normalise(done["text"]) == normalise(JFK_TEXT)
     assert normalise("".join(e["delta"] for _, e in events[:-1])) == normalise(done["text"])
 

@@ -179,6 +179,7 @@ def test_jfk_realtime_matches_rest(server: LiveServer) -> None:
     rest = rest_text(server, JFK_WAV)
     assert normalise(rest) == normalise(JFK_TEXT)
     assert_close(run.done_text, rest, JFK_MAX_WER)
+    assert run.of("transcript.text.done")[-1]["languages"] == [{"code": "en"}]
     # partial text is shown while the audio is still coming in
     first_partial = run.first_time("transcript.text.partial")
     first_delta = run.first_time("transcript.text.delta")
@@ -494,4 +495,4 @@ def test_session_update_is_applied_and_echoed(server: LiveServer) -> None:
     assert updated["type"] == "session.updated"
     assert {k: updated["session"][k] for k in update} == {**update, "vad": True}
     assert error["type"] == "error" and error["error"]["param"] == "session.vad.bogus"
-    assert events[-1] == {"type": "transcript.text.done", "text": ""}
+    assert events[-1] == {"type": "transcript.text.done", "text": "", "languages": []}

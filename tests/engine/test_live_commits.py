@@ -89,9 +89,9 @@ def test_a_word_the_split_cut_at_a_hyphen_reads_whole_when_committed_in_two_part
     """The one word split cuts "fat-mutton" into " fat" and "-mutton" (openai/whisper's rule):
     committed apart, the parts still read as one word; a word that lost its space gets one."""
     transcript = Transcript(lambda _e: None)
-    transcript.commit([Word(0.0, 0.2, " fat", 0.9)])
-    transcript.commit([Word(0.2, 0.5, "-mutton", 0.9), Word(0.5, 0.8, " pieces", 0.9)])
-    transcript.commit([Word(0.8, 1.0, "to", 0.9)])
+    transcript.commit([Word(0.0, 0.2, " fat", 0.9)], "en")
+    transcript.commit([Word(0.2, 0.5, "-mutton", 0.9), Word(0.5, 0.8, " pieces", 0.9)], "en")
+    transcript.commit([Word(0.8, 1.0, "to", 0.9)], "en")
     assert transcript.text == "fat-mutton pieces to"
 
 

@@ -13,7 +13,7 @@ from fastapi import UploadFile
 from app.api.errors import to_api_error
 from app.api.forms import AudioForm
 from app.api.live.audio_stream_config import StreamConfig, apply_update
-from app.api.live.realtime_config import RealtimeConfig, TurnDetection, apply_ga
+from app.api.live.realtime_config import DELAYS, RealtimeConfig, TurnDetection, apply_ga
 from app.api.live.stream_options import (
     audio_stream_options,
     live_defaults,
@@ -282,3 +282,37 @@ def test_keywords_join_the_hotwords_and_languages_narrow_detection() -> None:
         with pytest.raises(Rejected) as info:
             _form(languages=bad).options(on, task="transcribe", language=None)  # type: ignore[arg-type]
         assert (info.value.code, info.value.param) == ("unsupported_language", "languages[]")
+
+
+def test_realtime_keywords_languages_delay_and_logprobs_become_the_sessions_options() -> None:
+    model, defaults = _Model(), _defaults()
+
+    def options(**config: Any) -> Any:
+        return realtime_options(RealtimeConfig(**config), model, defaults)  # type: ignore[arg-type]
+
+    assert options(keywords=("Ada", "Lovelace"), prompt="Notes on the engine.").prompt == (
+        "Ada, Lovelace Notes on the engine."
+    )  # the keywords lead, as REST's lead every window's prompt
+    assert options(keywords=("Ada",)).prompt == "Ada" and options().prompt is None
+    narrowed = options(languages=("German", "fr", "de"))
+    assert (narrowed.language, narrowed.languages) == (None, ("de", "fr"))
+    assert (options(languages=("fr",)).language, options(languages=("fr",)).languages) == (
+        "fr",
+        (),
+    )
+    named = options(language="en", languages=("de", "fr"))
+    assert (named.language, named.languages) == ("en", ())  # the language named wins
+    for bad, on in (
+        (("de", "klingon"), model),
+        (("en", "de"), _Model("tiny.en", multilingual=False)),
+    ):
+        with pytest.raises(Rejected) as info:
+            realtime_options(RealtimeConfig(languages=bad), on, defaults)  # type: ignore[arg-type]
+        assert info.value.code == "unsupported_language"
+        assert info.value.param == "session.audio.input.transcription.languages"
+    server = options()
+    assert (server.step_s, server.edge_s) == (defaults.step_s, defaults.edge_s)
+    paces = [(o.step_s, o.edge_s) for d in DELAYS for o in [options(delay=d)]]
+    assert paces[DELAYS.index("medium")] == (1.0, 0.7)  # the shipped defaults
+    assert paces == sorted(paces) and len(set(paces)) == len(DELAYS)  # later text, surer text
+    assert options(logprobs=True).word_timestamps and not options().word_timestamps

@@ -32,6 +32,7 @@ from app.api.live.realtime_config import (
     session_ga,
 )
 from app.api.live.realtime_events import ProtocolError, parse_client_event
+from app.api.schemas import LanguageJSON, LogprobJSON
 
 ITEM, PREV = "item_AAAAAAAAAAAAAAAAAAAAAA", "item_BBBBBBBBBBBBBBBBBBBBBB"
 
@@ -84,6 +85,20 @@ SERVER_EVENTS: list[tuple[BaseModel, str | None, str | bool]] = [
         False,
     ),
     (
+        ev.TranscriptionCompleted(
+            item_id=ITEM, transcript="Hi", usage=ev.DurationUsage(seconds=2),
+            languages=[LanguageJSON(code="en")],
+            logprobs=[LogprobJSON(token=" Hi", logprob=-0.01, bytes=[32, 72, 105])],
+        ),
+        f"{TRANSCRIPTION}CompletedEvent",
+        False,
+    ),
+    (
+        ev.TimeoutTriggered(audio_start_ms=800, audio_end_ms=6800, item_id=ITEM),
+        "InputAudioBufferTimeoutTriggered",
+        False,
+    ),
+    (
         ev.TranscriptionFailed(item_id=ITEM, error=ev.TranscriptionError(message="no audio")),
         f"{TRANSCRIPTION}FailedEvent",
         True,
@@ -132,14 +147,18 @@ CONFIGS = [
     RealtimeConfig(model="whisper-1", language="en", prompt="Names: Ada.", turn_detection=None),
     RealtimeConfig(format="audio/pcmu"),
     RealtimeConfig(format="audio/pcma", turn_detection=TurnDetection(0.7, 100, 1000)),
-]
+    RealtimeConfig(keywords=("Ada", "Lovelace"), languages=("de", "fr"), delay="high",
+                   logprobs=True, turn_detection=TurnDetection(idle_timeout_ms=6000)),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_session_objects_validate_and_echo_back(config: RealtimeConfig) -> None:
     ga = session_ga(config, "sess_1")
     parsed = ga_types.RealtimeTranscriptionSessionCreateResponse.model_validate(ga)
-    assert _extras(parsed) == []
+    # the SDK's session types have idle_timeout_ms only on the update's input side
+    idle = config.turn_detection is not None and config.turn_detection.idle_timeout_ms
+    assert _extras(parsed) == ([".audio.input.turn_detection.idle_timeout_ms"] if idle else [])
     assert parsed.audio and parsed.audio.input and parsed.audio.input.format
     assert parsed.audio.input.format.type == config.format
     assert ga["audio"]["input"]["format"].get("rate") == (24000 if config.rate == 24000 else None)
@@ -330,8 +349,18 @@ def row(apply: Any, path: str, value: Any, *more: Any, at: str = "") -> Any:
         (apply_beta, "input_audio_noise_reduction", None, {}),
         (apply_beta, "include", None, {}),
         (apply_beta, "type", "transcription", {}),
+        (apply_ga, f"{IN}transcription", {"keywords": ["Ada", " Lovelace ", "Ada"]},
+         {"keywords": ("Ada", "Lovelace")}),
+        (apply_ga, f"{IN}transcription", {"keywords": None}, {"keywords": ()}),
+        (apply_ga, f"{IN}transcription", {"languages": ["de", "fr"]}, {"languages": ("de", "fr")}),
+        (apply_ga, f"{IN}transcription", {"delay": "low"}, {"delay": "low"}),
+        (apply_ga, "include", [LOGPROBS], {"logprobs": True}),
+        (apply_ga, TD, {"idle_timeout_ms": 5000},
+         {"turn_detection": (0.6, 200, 800, "server_vad", "auto", 5000)}),
+        (apply_beta, "input_audio_transcription", {"languages": ["en"]}, {"languages": ("en",)}),
+        (apply_beta, "include", [LOGPROBS], {"logprobs": True}),
     ],
-)
+)  # fmt: skip
 def test_update_changes_only_what_it_names(
     apply: Any, path: str, value: Any, expected: dict[str, Any]
 ) -> None:
@@ -377,6 +406,15 @@ def test_turn_detection_back_on_starts_from_defaults_and_pcm_rates() -> None:
         row(apply_ga, f"{IN}noise_reduction", "near_field"),
         row(apply_ga, "include", "x"),
         row(apply_ga, "include", ["item.input_audio_transcription.text"]),
+        row(apply_ga, "include", [LOGPROBS, "x"]),
+        row(apply_ga, f"{IN}transcription.keywords", "Ada"),
+        row(apply_ga, f"{IN}transcription.keywords", ["Ada", " "]),
+        row(apply_ga, f"{IN}transcription.keywords", [f"w{i}" for i in range(101)]),
+        row(apply_ga, f"{IN}transcription.languages", [1]),
+        row(apply_ga, f"{IN}transcription.delay", "fast"),
+        row(apply_ga, f"{TD}.idle_timeout_ms", 500),
+        row(apply_ga, f"{TD}.idle_timeout_ms", "5000"),
+        row(apply_ga, f"{TD}.idle_timeout_ms", 5000.5),
         row(apply_beta, "input_audio_format", "opus"),
         row(apply_beta, "input_audio_format", ["pcm16"]),
         row(apply_beta, "turn_detection.threshold", -0.1),
@@ -407,18 +445,12 @@ NOISE = "noise_reduction is not supported and is ignored"
     [
         row(apply_ga, f"{IN}noise_reduction", {"type": "near_field"}, U, NOISE),
         row(apply_ga, f"{TD}.create_response", True, U, "ignored"),
-        row(apply_ga, f"{TD}.idle_timeout_ms", 5000, U, "ignored"),
         row(apply_ga, f"{TD}.window_ms", 5, K, "ignored"),
-        row(apply_ga, "include", [LOGPROBS], U, "not supported"),
-        row(apply_ga, f"{IN}transcription.delay", "low", U, "ignored"),
-        row(apply_ga, f"{IN}transcription.keywords", ["Ada"], U, "prompt"),
-        row(apply_ga, f"{IN}transcription.languages", ["en"], U, "language"),
         row(apply_ga, f"{IN}transcription", None, U, "cannot be turned off"),
         row(apply_ga, f"{IN}format.channels", 2, K, "ignored"),
         row(apply_ga, "audio.output", {}, K, "ignored"),
         row(apply_ga, "voice", "alloy", K, "ignored"),
         row(apply_beta, "input_audio_noise_reduction", {"type": "far_field"}, U, NOISE),
-        row(apply_beta, "include", [LOGPROBS], U, "not supported"),
         row(apply_beta, "modalities", ["text"], U, "ignored"),
         row(apply_beta, "input_audio_transcription", None, U, "kept"),
         row(apply_beta, "voice", "alloy", K, "ignored"),

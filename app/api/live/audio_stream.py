@@ -40,7 +40,7 @@ from app.api.live.connection import (
     serve,
 )
 from app.api.live.stream_options import audio_stream_options
-from app.api.schemas import ErrorEvent, ErrorObject, TextDeltaEvent, TextDoneEvent
+from app.api.schemas import ErrorEvent, ErrorObject, LanguageJSON, TextDeltaEvent, TextDoneEvent
 from app.service.errors import Rejected
 from app.service.live import (
     AudioDecodeError,
@@ -213,7 +213,8 @@ class AudioStreamConnection(LiveConnection):
 
     async def finish(self) -> None:
         text = await self.close_runner()
-        self.outbox.put(TextDoneEvent(text=text))
+        language = self.runner.language if self.runner is not None else None
+        self.outbox.put(TextDoneEvent(text=text, languages=LanguageJSON.listed(language)))
 
 
 @router.websocket("/v1/audio/stream")

@@ -152,12 +152,16 @@ async def serve(
     services: Services,
     error_event: ErrorFactory,
     connection: Callable[[WebSocket, LiveDeps], LiveConnection],
+    *,
+    client_secrets: bool = False,
 ) -> None:
-    """Admit the client (the key, then the host's admission), then run its connection."""
+    """Admit the client (the key, or an unexpired client secret where `client_secrets`; then
+    the host's admission), then run its connection."""
     settings = services.settings
     await websocket.accept(subprotocol=offered_subprotocol(websocket))
     try:
-        if (refusal := key_refusal(settings.api_key, websocket)) is not None:
+        refusal = key_refusal(settings.api_key, websocket, client_secrets=client_secrets)
+        if refusal is not None:
             raise refusal
         admission = services.live.admit()
     except Rejected as refusal:

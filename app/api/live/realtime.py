@@ -14,10 +14,18 @@ the person speaks, each word the commit policy makes final is sent at once as
 `conversation.item.input_audio_transcription.delta` (append-only); `...completed` holds the
 item's whole transcript once everything in it is final; when the session ends on an error (a
 limit, an internal failure), each item still waiting for its text gets `...failed` before the
-`error` event. `input_audio_buffer.clear` drops the audio not yet committed (`cleared`). An
+`error` event. `input_audio_buffer.clear` drops the audio not yet committed (`cleared`).
+`...completed` names the language the item was read in (`languages`) and, with `include:
+["item.input_audio_transcription.logprobs"]`, each token's log-prob. With
+`turn_detection.idle_timeout_ms`, that much audio without speech (stream time, as the VAD hears
+it, while no item is in flight) gives `input_audio_buffer.timeout_triggered` and an empty item
+(committed, completed with no text): a voice agent's cue to prompt the person. An
 extension, for the page at `/` and clients that ask with `?partials=true`:
 `conversation.item.input_audio_transcription.partial {item_id, text}`, the words after the
 deltas that may still change (each replaces the previous one).
+
+A client secret (`POST /v1/realtime/client_secrets`, `app.api.live.client_secrets`) opens a
+session with the settings it was made with, in place of the server's key.
 
 Formats: `audio/pcm` (16-bit mono; 24 kHz as OpenAI, other rates 8000..192000 as an
 extension), `audio/pcmu` and `audio/pcma` (G.711 at 8 kHz). Errors are OpenAI's `error` event;
@@ -31,6 +39,7 @@ import base64
 import binascii
 import logging
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +47,10 @@ from typing import Any
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel
 
+from app.api.auth import CLIENT_SECRET_PREFIX, presented_key, secret_session
 from app.api.deps import ServicesDep
 from app.api.errors import error_type
+from app.api.live.client_secrets import secret_config
 from app.api.live.connection import (
     LiveConnection,
     LiveDeps,
@@ -48,6 +59,7 @@ from app.api.live.connection import (
     serve,
 )
 from app.api.live.realtime_config import (
+    MODEL_PARAM,
     RealtimeConfig,
     apply_beta,
     apply_ga,
@@ -71,6 +83,7 @@ from app.api.live.realtime_events import (
     SessionUpdated,
     SpeechStarted,
     SpeechStopped,
+    TimeoutTriggered,
     TranscriptionCompleted,
     TranscriptionDelta,
     TranscriptionError,
@@ -82,6 +95,7 @@ from app.api.live.realtime_events import (
     parse_client_event,
 )
 from app.api.live.stream_options import realtime_default, realtime_options
+from app.api.schemas import LanguageJSON, LogprobJSON
 from app.service.errors import Rejected
 from app.service.live import (
     AudioDecodeError,
@@ -92,16 +106,17 @@ from app.service.live import (
     PcmInput,
     StreamEvent,
     StreamingOptions,
+    VoiceActivity,
     ending,
 )
 from app.service.live import SpeechStarted as SpeechBegan
 from app.service.live import SpeechStopped as SpeechEnded
 from app.service.models.loaded import LoadedModel
+from app.service.transcription.results import Word
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["streaming"])
-MODEL_PARAM = "session.audio.input.transcription.model"
 END_TOLERANCE_S = 0.01  # an item's end and the finalization at it: the same sample, as seconds
 
 
@@ -121,6 +136,8 @@ class _Item:
     start_s: float  # stream seconds
     end_s: float | None = None
     text: list[str] = field(default_factory=list)
+    words: list[Word] = field(default_factory=list)
+    language: str | None = None  # the one its words were read in
 
 
 class RealtimeConnection(LiveConnection):
@@ -128,6 +145,10 @@ class RealtimeConnection(LiveConnection):
         super().__init__(websocket, deps)
         self.session_id = "sess_" + new_item_id().removeprefix("item_")
         self.config = realtime_default(deps.defaults)
+        secret = presented_key(websocket)
+        if secret is not None and secret.startswith(CLIENT_SECRET_PREFIX):  # checked at the door
+            session = secret_session(self.settings.api_key, secret, now=time.time())
+            self.config = secret_config(session, self.config)
         self.model, self.options = self._resolve(self.config)
         self.beta = False  # reply in the beta shape (the client sent transcription_session.update)
         self.open: _Item | None = None  # the item audio is going into
@@ -136,6 +157,7 @@ class RealtimeConnection(LiveConnection):
         self.audio_since_commit = False
         self.clears = 0  # client clears the session has not carried out yet
         self.mark_s = 0.0  # stream seconds of the last commit or clear: where an item begins
+        self.quiet_from_s: float | None = 0.0  # where the VAD's silence began; None: speech
         self.partials = websocket.query_params.get("partials", "").lower() in ("1", "true")
 
     # ---- configuration ------------------------------------------------------------------
@@ -198,6 +220,9 @@ class RealtimeConnection(LiveConnection):
             match event:
                 case AudioAppend(audio=audio):
                     self._append(audio)
+                    if self._idle_since() is not None and self.runner is not None:
+                        await self.runner.heard()  # speech in the audio not yet heard?
+                        self._idle()
                 case AudioCommit():
                     self._commit()
                 case AudioClear():
@@ -229,6 +254,32 @@ class RealtimeConnection(LiveConnection):
         self.audio_since_commit = self.audio_since_commit or bool(data)
         if self.open is None and self.config.turn_detection is None and data:
             self._open_item()  # without turns, the audio since the last commit is the next item
+
+    def _idle_since(self) -> float | None:
+        """Where the silence began, when `idle_timeout_ms` of audio went by without speech (as
+        far as the VAD heard) and no item is in flight; else None."""
+        turns = self.config.turn_detection
+        if turns is None or turns.idle_timeout_ms is None or self.options.vad is None:
+            return None  # (no VAD: no speech is ever heard; the client commits turns)
+        if self.quiet_from_s is None:
+            return None
+        if self.open is not None or self.ended:
+            return None
+        start_s = max(self.quiet_from_s, self.mark_s)
+        return start_s if self._now_s() - start_s >= turns.idle_timeout_ms / 1000 else None
+
+    def _idle(self) -> None:
+        """The silence is an empty item: timeout_triggered, committed, completed."""
+        start_s, now = self._idle_since(), self._now_s()
+        if start_s is None:
+            return
+        item = self._open_item(start_s)
+        start_ms, end_ms = round(start_s * 1000), round(now * 1000)
+        self.outbox.put(TimeoutTriggered(audio_start_ms=start_ms, audio_end_ms=end_ms,
+                                         item_id=item.id))  # fmt: skip
+        self._end_item(item, now)
+        self.audio_since_commit = False
+        self._complete(now)
 
     def _commit(self) -> None:
         if self.runner is None or not self.audio_since_commit:
@@ -289,15 +340,21 @@ class RealtimeConnection(LiveConnection):
         while self.ended and (self.ended[0].end_s or 0.0) <= at + END_TOLERANCE_S:
             item = self.ended.popleft()
             seconds = round(max((item.end_s or item.start_s) - item.start_s, 0.0), 3)
+            token_bytes = self.model.tokenizer.token_bytes
             self.outbox.put(TranscriptionCompleted(
                 item_id=item.id, transcript="".join(item.text).strip(),
                 usage=DurationUsage(seconds=seconds),
+                languages=LanguageJSON.listed(item.language),
+                logprobs=LogprobJSON.of_words(item.words, token_bytes) if self.config.logprobs
+                else None,
             ))  # fmt: skip
 
     # ---- session events -----------------------------------------------------------------
     def on_event(self, event: StreamEvent) -> None:
         turns = self.config.turn_detection
         match event:
+            case VoiceActivity(kind=kind, at=at):
+                self.quiet_from_s = at if kind == "end" else None  # a pause is inside speech
             case SpeechBegan(at=at) if turns is not None and not self.clears and at >= self.mark_s:
                 start_s = max(at - turns.prefix_padding_ms / 1000, 0.0)
                 item = self.open or self._open_item(start_s)
@@ -319,11 +376,13 @@ class RealtimeConnection(LiveConnection):
                 item = self._text_item()
                 partial = TranscriptionPartial(item_id=item.id, text=text)
                 self.outbox.put(partial, replaceable=True)
-            case CommittedText(text=text):
+            case CommittedText(text=text, words=words, language=language):
                 item = self._text_item()
                 if not item.text:
                     text = text.lstrip()
                 item.text.append(text)
+                item.words.extend(words)
+                item.language = language
                 self.outbox.put(TranscriptionDelta(item_id=item.id, delta=text))
             case Finalized(reason=reason, at=at) if reason == "flush" or turns is not None:
                 self._complete(at)
@@ -353,4 +412,4 @@ class RealtimeConnection(LiveConnection):
 @router.websocket("/v1/realtime")
 async def realtime(websocket: WebSocket, services: ServicesDep) -> None:
     """The OpenAI Realtime transcription protocol; see the module docstring."""
-    await serve(websocket, services, error_event, RealtimeConnection)
+    await serve(websocket, services, error_event, RealtimeConnection, client_secrets=True)

@@ -4,12 +4,12 @@
 (beta `transcription_session.update`) change only the fields an update names and return
 (new config, [ProtocolError]). An invalid value anywhere (wrong type, out of range, a session type
 other than "transcription") rejects the whole update: the old config comes back with
-`invalid_value` errors. A setting OpenAI has but we do not support (noise reduction, logprobs,
-...) gives an `unsupported_field` error, an unknown key `unknown_parameter`, and the rest
-is applied. Params are dotted paths ("session.audio.input.turn_detection.threshold").
-`session_ga` / `session_beta` give the session object the server reports. Model names and
-languages are only type-checked here: whether the server has them is decided where the session's
-options are built (`stream_options.realtime_options`).
+`invalid_value` errors. A setting OpenAI has but we do not support (noise reduction, ...) gives
+an `unsupported_field` error, an unknown key `unknown_parameter`, and the rest is applied.
+Params are dotted paths ("session.audio.input.turn_detection.threshold").
+`session_ga` / `session_beta` give the session object the server reports. Model names,
+languages and delays are only type-checked here: whether the server has them, and what a delay
+means, is decided where the session's options are built (`stream_options.realtime_options`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ BETA_FORMATS: dict[str, AudioFormat] = {
 }
 TurnType = Literal["server_vad", "semantic_vad"]
 TURN_TYPES: tuple[str, ...] = ("server_vad", "semantic_vad")
+MODEL_PARAM = "session.audio.input.transcription.model"
 OPENAI_RATE = 24000  # the only PCM rate OpenAI accepts
 G711_RATE = 8000
 LOGPROBS = "item.input_audio_transcription.logprobs"
@@ -47,18 +48,24 @@ _TURN_LIMITS = {
     "prefix_padding_ms": PREROLL_S.ms,
     "silence_duration_ms": TURN_SILENCE_S.ms,
 }
+IDLE_TIMEOUT_MS = (1000, 600_000)  # turn_detection.idle_timeout_ms: 1 s .. 10 min of audio
+Delay = Literal["minimal", "low", "medium", "high", "xhigh"]
+DELAYS: tuple[str, ...] = ("minimal", "low", "medium", "high", "xhigh")
+MAX_KEYWORDS = 100  # words or phrases; the prompt they go into holds at most ~100 tokens anyway
 _NO_RESPONSES = "does not apply to a transcription session (it creates no responses); ignored"
-_GA_TURN_UNSUPPORTED = {
-    "create_response": _NO_RESPONSES,
-    "interrupt_response": _NO_RESPONSES,
-    "idle_timeout_ms": "is not supported and is ignored",
-}
-_BETA_TURN_UNSUPPORTED = {k: v for k, v in _GA_TURN_UNSUPPORTED.items() if k != "idle_timeout_ms"}
-_GA_TRANSCRIPTION_UNSUPPORTED = {
-    "delay": "is not supported and is ignored; text is sent as soon as it is transcribed",
-    "keywords": "is not supported and is ignored; name the words in `prompt` instead",
-    "languages": "is not supported and is ignored; set `language`, or null to detect it",
-}
+_TURN_UNSUPPORTED = {"create_response": _NO_RESPONSES, "interrupt_response": _NO_RESPONSES}
+
+
+def _idle_problem(value: Any) -> str | None:
+    """Why `value` cannot be `idle_timeout_ms`, or None when it can (null turns it off)."""
+    low, high = IDLE_TIMEOUT_MS
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"must be a number of milliseconds or null, not {json_type(value)}"
+    if not low <= value <= high or not float(value).is_integer():
+        return f"must be a whole number of milliseconds from {low} to {high}, not {value!r}"
+    return None
 
 
 def _turn_problem(name: str, value: Any) -> str | None:
@@ -84,12 +91,15 @@ class TurnDetection:
     silence_duration_ms: int = int(TURN_SILENCE_S.ms.default)  # this much silence ends a turn
     type: TurnType = "server_vad"
     eagerness: Eagerness = "auto"  # semantic_vad
+    idle_timeout_ms: int | None = None  # this much audio without speech: timeout_triggered
 
     def __post_init__(self) -> None:
         for name in _TURN_LIMITS:
             problem = _turn_problem(name, getattr(self, name))
             if problem:
                 raise ValueError(f"turn_detection.{name} {problem}")
+        if (problem := _idle_problem(self.idle_timeout_ms)) is not None:
+            raise ValueError(f"turn_detection.idle_timeout_ms {problem}")
         if self.type not in TURN_TYPES:
             raise ValueError(f"turn_detection.type must be one of {', '.join(TURN_TYPES)}")
         if self.eagerness not in EAGERNESS:
@@ -101,8 +111,11 @@ class RealtimeConfig:
     """The effective settings of one transcription session."""
 
     model: str | None = None  # None: the server's default
-    language: str | None = None  # None: detected
+    language: str | None = None  # None: detected (among `languages`, when set)
     prompt: str | None = None
+    keywords: tuple[str, ...] = ()  # words or phrases that guide the spelling
+    languages: tuple[str, ...] = ()  # the candidates detection picks from
+    delay: Delay | None = None  # None: the server's pace (STT_STREAM_STEP_S, STT_STREAM_EDGE_S)
     format: AudioFormat = "audio/pcm"
     rate: int = OPENAI_RATE  # forced to 8000 for G.711; PCM: any rate `rate_problem` allows
     turn_detection: TurnDetection | None = TurnDetection()  # None: the client commits turns
@@ -112,6 +125,8 @@ class RealtimeConfig:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {self.format!r}")
+        if self.delay is not None and self.delay not in DELAYS:
+            raise ValueError(f"delay must be one of {', '.join(DELAYS)}, not {self.delay!r}")
         if self.format != "audio/pcm":
             object.__setattr__(self, "rate", G711_RATE)
         elif (problem := rate_problem(self.rate)) is not None:
@@ -194,9 +209,9 @@ def apply_beta(
             else:
                 up.invalid_value(param, f"must be one of {', '.join(BETA_FORMATS)}, not {value!r}")
         elif key == "input_audio_transcription":
-            _transcription(up, value, param, {})
+            _transcription(up, value, param)
         elif key == "turn_detection":
-            _turn_detection(up, value, param, _BETA_TURN_UNSUPPORTED)
+            _turn_detection(up, value, param)
         elif key == "input_audio_noise_reduction":
             _noise_reduction(up, value, param)
         elif key == "include":
@@ -222,9 +237,9 @@ def _ga_input(up: _Update, value: Any, param: str) -> None:
         if key == "format":
             _ga_format(up, setting, path)
         elif key == "transcription":
-            _transcription(up, setting, path, _GA_TRANSCRIPTION_UNSUPPORTED)
+            _transcription(up, setting, path)
         elif key == "turn_detection":
-            _turn_detection(up, setting, path, _GA_TURN_UNSUPPORTED)
+            _turn_detection(up, setting, path)
         elif key == "noise_reduction":
             _noise_reduction(up, setting, path)
         else:
@@ -248,7 +263,7 @@ def _ga_format(up: _Update, value: Any, param: str) -> None:
     up.changes.update(format=kind, rate=rate)  # G.711: 8000, checked above
 
 
-def _transcription(up: _Update, value: Any, param: str, unsupported: dict[str, str]) -> None:
+def _transcription(up: _Update, value: Any, param: str) -> None:
     if value is None:
         up.unsupported(
             param, "transcription cannot be turned off in a transcription session; kept as it was"
@@ -261,14 +276,30 @@ def _transcription(up: _Update, value: Any, param: str, unsupported: dict[str, s
                 up.changes[key] = setting or None  # "" means unset, as null does
             else:
                 up.invalid_value(path, f"must be a string or null, not {json_type(setting)}")
-        elif key in unsupported:
-            if setting is not None:
-                up.unsupported(path, f"{key} {unsupported[key]}")
+        elif key in ("keywords", "languages"):
+            _strings(up, key, setting, path)
+        elif key == "delay":
+            if setting is None or setting in DELAYS:
+                up.changes["delay"] = setting
+            else:
+                choices = ", ".join(repr(d) for d in DELAYS)
+                up.invalid_value(path, f"must be one of {choices} or null, not {setting!r}")
         else:
             up.unknown(path)
 
 
-def _turn_detection(up: _Update, value: Any, param: str, unsupported: dict[str, str]) -> None:
+def _strings(up: _Update, key: str, value: Any, param: str) -> None:
+    """`keywords` or `languages`: an array of non-empty strings (null: none)."""
+    items = [] if value is None else value
+    if not isinstance(items, list) or not all(isinstance(i, str) and i.strip() for i in items):
+        up.invalid_value(param, f"must be an array of non-empty strings or null, not {value!r}")
+    elif len(items) > MAX_KEYWORDS:
+        up.invalid_value(param, f"holds {len(items)} entries; at most {MAX_KEYWORDS}")
+    else:
+        up.changes[key] = tuple(dict.fromkeys(i.strip() for i in items))
+
+
+def _turn_detection(up: _Update, value: Any, param: str) -> None:
     if value is None:
         up.changes["turn_detection"] = None
         return
@@ -293,9 +324,14 @@ def _turn_detection(up: _Update, value: Any, param: str, unsupported: dict[str, 
                 up.invalid_value(path, problem)
             else:
                 values[key] = float(setting) if key == "threshold" else int(setting)
-        elif key in unsupported:
+        elif key == "idle_timeout_ms":
+            if (problem := _idle_problem(setting)) is not None:
+                up.invalid_value(path, problem)
+            else:
+                values[key] = None if setting is None else int(setting)
+        elif key in _TURN_UNSUPPORTED:
             if setting is not None and setting is not False:
-                up.unsupported(path, f"{key} {unsupported[key]}")
+                up.unsupported(path, f"{key} {_TURN_UNSUPPORTED[key]}")
         else:
             up.unknown(path)
     up.changes["turn_detection"] = TurnDetection(**values)
@@ -309,13 +345,14 @@ def _noise_reduction(up: _Update, value: Any, param: str) -> None:
 
 
 def _include(up: _Update, value: Any, param: str) -> None:
+    """`include`: [LOGPROBS] sends each completed item's token log-probs; [] or null none."""
     if value is not None and not isinstance(value, list):
         up.invalid_value(param, f"must be an array or null, not {json_type(value)}")
-    for item in value if isinstance(value, list) else []:
-        if item == LOGPROBS:
-            up.unsupported(param, f"{LOGPROBS} is not supported; transcripts come without them")
-        else:
+        return
+    for item in value or []:
+        if item != LOGPROBS:
             up.invalid_value(param, f"may only hold {LOGPROBS!r}, not {item!r}")
+    up.changes["logprobs"] = LOGPROBS in (value or [])
 
 
 # --- what the server reports ---------------------------------------------------------------
@@ -326,13 +363,21 @@ def _turn_detection_dict(config: RealtimeConfig) -> dict[str, Any] | None:
     td = config.turn_detection
     if td is None:
         return None
+    idle = {} if td.idle_timeout_ms is None else {"idle_timeout_ms": td.idle_timeout_ms}
     if td.type == "semantic_vad":
-        return {"type": td.type, "eagerness": td.eagerness}
-    return {"type": td.type, **{name: getattr(td, name) for name in _TURN_LIMITS}}
+        return {"type": td.type, "eagerness": td.eagerness} | idle
+    return {"type": td.type, **{name: getattr(td, name) for name in _TURN_LIMITS}} | idle
 
 
 def _transcription_dict(config: RealtimeConfig) -> dict[str, Any]:
-    return {"model": config.model, "language": config.language, "prompt": config.prompt}
+    return {
+        "model": config.model,
+        "language": config.language,
+        "prompt": config.prompt,
+        "keywords": list(config.keywords) or None,
+        "languages": list(config.languages) or None,
+        "delay": config.delay,
+    }
 
 
 def session_ga(config: RealtimeConfig, session_id: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.api.schemas import LanguageJSON, LogprobJSON
 from app.service.errors import Rejected
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
@@ -71,6 +72,16 @@ class SpeechStarted(_ServerEvent):
 
 class SpeechStopped(_ServerEvent):
     type: Literal["input_audio_buffer.speech_stopped"] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
+
+
+class TimeoutTriggered(_ServerEvent):
+    """`turn_detection.idle_timeout_ms` of audio went by without speech: the silent stretch
+    (`audio_start_ms` .. `audio_end_ms`) becomes an empty item (`item_id`)."""
+
+    type: Literal["input_audio_buffer.timeout_triggered"] = "input_audio_buffer.timeout_triggered"
+    audio_start_ms: int
     audio_end_ms: int
     item_id: str
 
@@ -151,6 +162,8 @@ class TranscriptionCompleted(_ServerEvent):
     content_index: int = 0
     transcript: str
     usage: DurationUsage
+    languages: list[LanguageJSON] | None = None  # the language the item was read in
+    logprobs: list[LogprobJSON] | None = None  # with include [item...logprobs]
 
 
 class TranscriptionError(_Model):
@@ -188,6 +201,7 @@ ServerEvent = Annotated[
     | TranscriptionSessionUpdated
     | SpeechStarted
     | SpeechStopped
+    | TimeoutTriggered
     | Committed
     | Cleared
     | ItemAdded

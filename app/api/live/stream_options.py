@@ -21,9 +21,24 @@ from app.service.live.turns import CANDIDATE_SILENCE_S, TurnRules
 from app.service.live.utterance import PAUSE_S
 from app.service.models.loaded import LoadedModel
 from app.service.transcription.jobs import TranscriptionJob
-from app.service.transcription.options import TranscriptionOptions, model_language
+from app.service.transcription.options import (
+    TranscriptionOptions,
+    language_candidates,
+    model_language,
+)
 
 REALTIME_LANGUAGE = "session.audio.input.transcription.language"
+REALTIME_LANGUAGES = "session.audio.input.transcription.languages"
+# Realtime's `delay` (how long text waits to be surer) as the live pace (step_s, edge_s): a pass
+# every step_s of audio; AlignAtt commits a word once the decoder read edge_s past it. medium is
+# the server's shipped default; text comes sooner and changes more below it, later above it
+DELAY_PACE: dict[str, tuple[float, float]] = {
+    "minimal": (0.5, 0.4),
+    "low": (0.75, 0.55),
+    "medium": (1.0, 0.7),
+    "high": (1.0, 1.2),
+    "xhigh": (1.5, 2.0),
+}
 REALTIME_TURNS = "session.audio.input.turn_detection.type"
 WYOMING_BEAM_SIZE = 1  # voice commands: greedy, as Home Assistant's own Whisper add-on defaults to
 # Home Assistant's `vad_sensitivity` (wyoming `transcribe`) as the end of a command: with the
@@ -65,13 +80,27 @@ def realtime_options(
     """A Realtime session on `model`: its turn detection is the VAD (threshold, silence that
     ends a turn, audio kept before speech), with `semantic_vad` the VAD's short pauses judged by
     the turn model (`app.service.live.turns`); without turn detection the default VAD still
-    keeps silence from being decoded."""
+    keeps silence from being decoded. `keywords` lead the prompt (as REST's `keywords[]` lead
+    every window's), `languages` limit detection, `delay` sets the pace (`DELAY_PACE`), and
+    log-probs need the passes aligned."""
     language = model_language(
         model.name, model.multilingual, config.language, param=REALTIME_LANGUAGE
     )
+    candidates = language_candidates(
+        model.name, model.multilingual, config.languages, REALTIME_LANGUAGES
+    )
+    if language is None and len(candidates) == 1:
+        language = candidates[0]
+    session = {
+        "language": language,
+        "languages": candidates if language is None else (),
+        "prompt": " ".join(filter(None, (", ".join(config.keywords), config.prompt))) or None,
+        "pace": None if config.delay is None else DELAY_PACE[config.delay],
+        "word_timestamps": config.logprobs,
+    }
     turns = config.turn_detection
     if turns is None or not defaults.vad_installed:
-        return defaults.options(language=language, prompt=config.prompt)
+        return defaults.options(**session)
     semantic = turns.type == "semantic_vad"
     if semantic and not defaults.turn_installed:
         raise Rejected(
@@ -84,10 +113,9 @@ def realtime_options(
     silence_s = CANDIDATE_SILENCE_S if semantic else turns.silence_duration_ms / 1000
     vad = VadOptions(threshold=turns.threshold, neg_threshold=None, min_silence_s=silence_s)
     return defaults.options(
-        language=language,
+        **session,
         vad=vad,
         preroll_s=turns.prefix_padding_ms / 1000,
-        prompt=config.prompt,
         pause_s=None if semantic else "default",  # every pause is a candidate the model judges
         turn=TurnRules.of(turns.eagerness) if semantic else None,
     )

@@ -28,6 +28,7 @@ from app.api.job_http import JobReply, read_upload
 from app.api.metrics import Metrics, Stopwatch
 from app.api.schemas import (
     ERROR_RESPONSES,
+    LanguageJSON,
     TextDeltaEvent,
     TextDoneEvent,
     TranscriptionJSON,
@@ -195,4 +196,4 @@ def _deltas(event: str | Segment) -> list[TextDeltaEvent]:
 
 
 def _done(result: Result) -> TextDoneEvent:
-    return TextDoneEvent(text=result.text)
+    return TextDoneEvent(text=result.text, languages=LanguageJSON.listed(result.language))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from app.engine.words import Word
+
 
 @dataclass(frozen=True)
 class PartialText:
@@ -15,11 +17,15 @@ class PartialText:
 
 @dataclass(frozen=True)
 class CommittedText:
-    """Committed text (append-only; starts with a space between words) and its time span."""
+    """Committed text (append-only; starts with a space between words) and its time span;
+    its words (their tokens, with log-probs when the passes are aligned) and the language they
+    were read in."""
 
     text: str
     start: float
     end: float
+    words: tuple[Word, ...] = ()
+    language: str | None = None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ class StreamingOptions:
     """How one stream is decoded (seconds for durations). Validated once (ValueError).
 
     language: fixed for the session; None = English for English-only models, detected on the
-        first pass (then fixed) for multilingual ones.
+        first pass (then fixed) for multilingual ones, among `languages` when set.
     step_s: new audio between two passes. trim_s: the buffer is cut at a committed segment end
         once longer than this. max_buffer_s: beyond it a pass commits up to its last closed
         segment without waiting for the policy (the buffer never exceeds one 30 s window).
@@ -64,6 +64,7 @@ class StreamingOptions:
     """
 
     language: str | None = None
+    languages: tuple[str, ...] = ()
     task: str = "transcribe"
     step_s: float = STEP_S.default
     trim_s: float = 10.0
@@ -132,7 +133,9 @@ class LiveDefaults:
         self,
         *,
         language: str | None,
+        languages: tuple[str, ...] = (),
         task: str = "transcribe",
+        pace: tuple[float, float] | None = None,
         vad: VadOptions | Literal["default"] | None = "default",
         preroll_s: float = PREROLL_S.default,
         pause_s: float | Literal["default"] | None = "default",
@@ -141,13 +144,15 @@ class LiveDefaults:
         turn: TurnRules | None = None,
     ) -> StreamingOptions:
         """A session's options: the session's own choices on these defaults ("default": the
-        server's speech detection or pause)."""
+        server's speech detection or pause; `pace`: (step_s, edge_s), None: the server's)."""
+        step_s, edge_s = pace or (self.step_s, self.edge_s)
         return StreamingOptions(
             language=language,
+            languages=languages,
             task=task,
-            step_s=self.step_s,
+            step_s=step_s,
             policy=self.policy,
-            edge_s=self.edge_s,
+            edge_s=edge_s,
             vad=self.vad if vad == "default" else vad,
             pause_s=self.pause_s if pause_s == "default" else pause_s,
             preroll_s=preroll_s,

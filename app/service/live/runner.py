@@ -99,6 +99,11 @@ class LiveRunner:
         """Stream seconds of audio the session has received (cleared audio included)."""
         return self._session.received_s
 
+    @property
+    def language(self) -> str | None:
+        """The language the session reads in (None until the first pass detected it)."""
+        return self._session.language
+
     def stats(self) -> StreamStats:
         return self._session.stats()
 

@@ -411,7 +411,7 @@ class StreamingSession:
 
     def _apply(self, applied: commits.Applied) -> None:
         """Execute what a pass's result says: commit, cut the buffer, show the partial."""
-        self.transcript.commit(applied.commit)
+        self.transcript.commit(applied.commit, self.passes.language)
         if applied.cut is not None:
             self._buf.drop_before(applied.cut)
             self.transcript.close_segment()

@@ -37,7 +37,7 @@ class Transcript:
     def tail(self, chars: int) -> str:
         return "".join(self._text)[-chars:]
 
-    def commit(self, words: Sequence[Word]) -> None:
+    def commit(self, words: Sequence[Word], language: str | None) -> None:
         if not words:
             return
         text = "".join(w.word for w in words)
@@ -51,7 +51,7 @@ class Transcript:
         self._text.append(text)
         self.n_words += len(words)
         self._segment_words.extend(words)
-        self.on_event(CommittedText(text, round(start, 3), round(end, 3)))
+        self.on_event(CommittedText(text, round(start, 3), round(end, 3), tuple(words), language))
 
     def close_segment(self) -> None:
         if not self._segment_words:

@@ -94,6 +94,13 @@ class PassRunner:
             raise TranscriptionCancelled("stream closed")
         cross = yield from encode_window(features)  # [1, H, 1500, Dh] each
         duration = audio.shape[0] / SAMPLE_RATE
+        if self.language is None and self.options.languages:  # detection among candidates
+            detection = yield from transcriber.detect_language(
+                cross, self.options.kv_cache, self.options.languages
+            )
+            self.language = detection.language
+            log.info("stream language detected among %s: %s", self.options.languages,
+                     self.language)  # fmt: skip
         plan = pass_plan(self.options, self.language, request.prompt, prefix)
         decoded = yield from transcriber.decode_window(
             cross, plan, duration, on_token=on_token, cancel=cancel

@@ -160,6 +160,15 @@ def model_language(
     return "en"
 
 
+def language_candidates(
+    model: str, multilingual: bool, candidates: Sequence[str], param: str
+) -> tuple[str, ...]:
+    """OpenAI's `languages` (the languages the audio may be in) as the engine's codes, each
+    once; `Rejected` (naming `param`) for one `model` cannot transcribe."""
+    codes = (model_language(model, multilingual, c, param=param) for c in candidates)
+    return tuple(dict.fromkeys(code for code in codes if code is not None))
+
+
 def model_task(multilingual: bool, task: Task) -> Task:
     """The task a model runs: an English-only model's output is English already, so its
     translation is a transcription."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TypeVar
 
@@ -37,7 +37,7 @@ import numpy as np
 
 from app.engine.audio import lift_quiet
 from app.engine.backend import WhisperBackend
-from app.engine.language_detection import language_steps
+from app.engine.language_detection import LanguageDetection, language_steps
 from app.engine.mel import HOP_LENGTH, log_mel_spectrogram
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import SileroVad
@@ -179,12 +179,8 @@ class Transcriber:
                 if self.multilingual:
                     first_cross = yield from self._encode(mel, 0, content_frames, stats)
                     with stats.timed("language_s"):
-                        detection = yield from language_steps(
-                            self.sessions,
-                            first_cross,
-                            self.tokenizer,
-                            options.kv_cache,
-                            options.languages,
+                        detection = yield from self.detect_language(
+                            first_cross, options.kv_cache, options.languages
                         )
                     language, language_probability = detection.language, detection.probability
                     language_probs = detection.probabilities
@@ -221,6 +217,15 @@ class Transcriber:
     def log_mel(self, audio: np.ndarray, padding: int) -> np.ndarray:
         """f32 [N] 16 kHz -> its log-mel [n_mels, frames], `padding` zeros appended first."""
         return log_mel_spectrogram(lift_quiet(audio), self.n_mels, padding=padding)
+
+    def detect_language(
+        self, cross: list[np.ndarray], kv_cache: str, candidates: Sequence[str] = ()
+    ) -> Steps[LanguageDetection]:
+        """The language of the window of `cross`: the most probable of `candidates` (empty:
+        of every language the model knows)."""
+        return (
+            yield from language_steps(self.sessions, cross, self.tokenizer, kv_cache, candidates)
+        )
 
     def decode_window(
         self,
