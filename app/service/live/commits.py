@@ -346,7 +346,7 @@ def _committed_part(
     """AlignAtt: segment `index` (still open, or not fully committed) with only the tokens of
     its committed words (hyp[:done]); none when it holds none or the policy waits for agreement
     (LocalAgreement re-decodes it)."""
-    if options.policy != "alignatt" or index >= len(decoded.segments):
+    if not options.commit_policy.reads_attention or index >= len(decoded.segments):
         return ()
     count = sum(1 for w in decoded.words[:done] if w.segment == index)
     if count == 0:

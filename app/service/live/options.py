@@ -5,12 +5,14 @@ the one bound on the rate of client audio (`pcm_rate`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from app.engine.vad import VadOptions
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.service.errors import Rejected
 from app.service.live.bounds import EDGE_S, PAUSE_S, POLICIES, PREROLL_S, STEP_S, PolicyName
+from app.service.live.policy import CommitPolicy, make_policy
 from app.service.live.turns import TurnRules
 
 WINDOW_S = N_SAMPLES_PER_WINDOW / SAMPLE_RATE  # 30.0
@@ -106,7 +108,12 @@ class StreamingOptions:
     @property
     def aligned(self) -> bool:
         """Passes are aligned (attention per word)."""
-        return self.word_timestamps or self.policy == "alignatt"
+        return self.word_timestamps or self.commit_policy.reads_attention
+
+    @cached_property
+    def commit_policy(self) -> CommitPolicy:
+        """The policy `policy` names, with this stream's edge."""
+        return make_policy(self.policy, self.edge_s)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from app.engine.words import PREPEND_PUNCTUATION, Word
 from app.service.live.bounds import EDGE_S
@@ -76,7 +76,12 @@ def whole(words: Sequence[Word], count: int) -> int:
 
 
 class CommitPolicy(Protocol):
-    """How many of a pass's new words to commit."""
+    """How many of a pass's new words to commit; `reads_attention`: it judges by where the
+    decoder looked (the passes are aligned, and a segment's committed words are forced on
+    the next pass, not read again)."""
+
+    @property
+    def reads_attention(self) -> bool: ...
 
     def commit_count(
         self,
@@ -94,6 +99,8 @@ class CommitPolicy(Protocol):
 @dataclass(frozen=True)
 class LocalAgreement:
     """Commit what two consecutive passes agree on (word keys, from the first new word)."""
+
+    reads_attention: ClassVar[bool] = False
 
     def commit_count(
         self,
@@ -119,6 +126,7 @@ class AlignAtt:
 
     edge_s: float = EDGE_S.default
     sure: float = SURE
+    reads_attention: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         EDGE_S.check("edge_s", self.edge_s)

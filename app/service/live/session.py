@@ -9,7 +9,9 @@ or a client commit is committed).
 How:
 
     append() -> inbox -> advance(): admit audio into the buffer, the VAD per 32 ms chunk of it
-                              (or listen() first, as the audio arrives: a Wyoming utterance)
+                              (or listen() first, as the audio arrives: a Wyoming utterance);
+                              what its events decide is data (`speech.Speech`, pure
+                              transitions), the session executes the acts they return
                               buffer = contiguous audio not yet cut away (<= one 30 s window)
     decode(): every `step_s` of new speech: one pass over the whole buffer (`window_pass`);
               the commit policy (`policy`: LocalAgreement-2 or AlignAtt) says how many of the
@@ -49,7 +51,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Literal
+from dataclasses import replace
 
 import numpy as np
 
@@ -57,20 +59,18 @@ from app.engine.turn import TurnModel
 from app.engine.vad import SileroVad, VadEvent
 from app.runtime.contract import N_SAMPLES_PER_WINDOW, SAMPLE_RATE
 from app.runtime.steps import Steps
-from app.service.live import commits, turns
+from app.service.live import commits, speech
 from app.service.live.admission import AudioBuffer, Hearing, Inbox
 from app.service.live.commits import Commits
 from app.service.live.events import (
     BufferCleared,
     Finalized,
-    SpeechStarted,
-    SpeechStopped,
     StreamEvent,
     StreamStats,
     VoiceActivity,
 )
 from app.service.live.options import StreamingOptions
-from app.service.live.policy import make_policy
+from app.service.live.speech import DropBefore, ForgetContext, Speech, Tell
 from app.service.live.transcript import Transcript
 from app.service.live.window_pass import Pass, PassRequest, PassRunner
 from app.service.transcription.results import TimeSpent
@@ -78,7 +78,6 @@ from app.service.transcription.transcriber import Transcriber
 
 log = logging.getLogger(__name__)
 
-FinalReason = Literal["pause", "flush"] | None  # why a finalization ends a turn; None: it does not
 ADMIT_SLICE = SAMPLE_RATE // 4  # audio is admitted (VAD + buffer) 0.25 s at a time
 FINAL_PASSES = 3  # most passes one finalization may take
 
@@ -102,7 +101,7 @@ class StreamingSession:
         self.tokenizer = transcriber.tokenizer
         self.options = options
         self.on_event = on_event or (lambda _e: None)
-        self.policy = make_policy(options.policy, options.edge_s)
+        self.policy = options.commit_policy
         self.passes = PassRunner(transcriber, options)
         self._vad = (
             Hearing(vad, options.vad, options.pause_s)
@@ -117,19 +116,11 @@ class StreamingSession:
         self.transcript = Transcript(self.on_event)
         self.commits = Commits()
         self._turn_model = turn_model
-        self._turn = turns.Turn()  # semantic turn detection's state (`options.turn`)
-
-        self._open = self._vad is None  # an utterance is being buffered
-        self._utterance_start = 0  # absolute sample where the open utterance's speech began
-        self._speech_end = 0  # absolute sample where the last utterance's speech ended
-        self._final_until: int | None = None  # finalize the buffer up to this sample
-        self._final_reason: FinalReason = "pause"  # None: a pause, the turn goes on
-        self._decoded_until = 0  # end (absolute sample) of the audio the last pass covered
+        self._rules = speech.Rules.of(options)
+        self.speech = Speech() if self._vad is not None else Speech.without_vad()  # admission's
         self._passes = 0
         self._skipped = 0
         self._decode = TimeSpent()
-        # audio after the VAD's speech end that still belongs to the speech (a last word's tail)
-        self._pad = round(options.vad.speech_pad_s * SAMPLE_RATE) if options.vad else 0
 
     # ---- input (any thread) ----------------------------------------------------------------
     def append(self, audio: np.ndarray) -> None:
@@ -197,99 +188,63 @@ class StreamingSession:
 
         Stops early when the buffer is full (a pass must cut it first) or a finalization is due.
         """
-        cleared = self.inbox.take_clear() if self._final_until is None else None
+        cleared = self.inbox.take_clear() if self.speech.final_until is None else None
         if cleared is not None:
             self._restart_at(*cleared)
         while True:
-            while self._final_until is None:
+            while self.speech.final_until is None:
                 room = self._buf.capacity - self._buf.length - ADMIT_SLICE
-                if self._open and room <= 0:
+                if self.speech.open and room <= 0:
                     break
                 piece = self.inbox.take(ADMIT_SLICE)
                 if piece is None:
                     break
                 self._admit(piece)
-            if self._final_until is not None or not self.inbox.flush_due():
+            if self.speech.final_until is not None or not self.inbox.flush_due():
                 break
-            if self._request_final(self._buf.end, "flush", speech=self._open):
+            self._do(*speech.flushed(self.speech, self._view()))
+            if self.speech.final_until is not None:
                 break
-            self.on_event(Finalized("flush", self._buf.end / SAMPLE_RATE))  # nothing to finalize
         return self.decode_due()
 
     def _admit(self, piece: np.ndarray) -> None:
+        """Admit a slice of audio: the VAD's events decided in it, then what the slice's end
+        decides (`app.service.live.speech`), each executed before the next is taken."""
         self._buf.append(piece)
         if self._vad is None:
             return
-        vad = self.options.vad
-        assert vad is not None
-        preroll = round(self.options.preroll_s * SAMPLE_RATE)
         self.listen(self._buf.end)
         for event in self._vad.decided(self._buf.end):
-            if event.kind == "start" and self.options.turn is not None:
-                self._turn, _ = turns.speech(self._turn)  # a held turn goes on in its item
-            if event.kind == "start" and not self._open:
-                self._open = True
-                self._utterance_start = event.sample
-                self.on_event(SpeechStarted(round(event.sample / SAMPLE_RATE, 3)))
-                if self._nothing_to_keep():  # drop the silence before the preroll
-                    self._buf.drop_before(event.sample - preroll)
-                # the next pass is due `step_s` after the speech began, not after the pause
-                onset = min(max(event.sample - preroll, self._buf.start), self._buf.end)
-                self._decoded_until = max(self._decoded_until, onset)
-            elif event.kind == "end" and self._open:
-                if self._judge(event.sample) == "end":
-                    self._end_turn(event.sample)
-                else:  # held: the words before the pause are made final, the turn goes on
-                    self._request_final(
-                        min(event.sample + self._pad, self._buf.end), None, speech=True
-                    )
-            elif event.kind == "pause" and self._open:
-                speech_s = (event.sample - self._utterance_start) / SAMPLE_RATE
-                if speech_s >= vad.min_speech_s or self.commits.pending:
-                    self._request_final(
-                        min(event.sample + self._pad, self._buf.end), None, speech=True
-                    )
-        rules, held_at = self.options.turn, self._turn.held_at
-        if rules is not None and held_at is not None:
-            self._turn, act = turns.heard(self._turn, self._buf.end / SAMPLE_RATE, rules)
-            if act == "end":  # the silence lasted the longest wait
-                self._end_turn(round(held_at * SAMPLE_RATE))
-        if not self._open and self._final_until is None:
-            gap = self._buf.end - max(self._speech_end, self._buf.start)
-            if self._nothing_to_keep() or gap > round(self.options.context_gap_s * SAMPLE_RATE):
-                if self.commits.committed:
-                    log.debug("context dropped after %.1f s of silence", gap / SAMPLE_RATE)
-                self._buf.drop_before(self._buf.end - preroll)  # keep the preroll only
-                self.commits = self.commits.forget()
-                self._decoded_until = max(self._decoded_until, self._buf.start)
+            finished = None
+            if speech.needs_judgement(self.speech, event.kind, self._rules):
+                assert self._turn_model is not None
+                finished = self._turn_model.probability(self._buf.view())
+                log.debug("turn at %.2f s: P(finished) %.2f", event.sample / SAMPLE_RATE, finished)
+            self._do(*speech.heard(self.speech, event.kind, event.sample, self._view(),
+                                   self._rules, finished))  # fmt: skip
+        self._do(*speech.admitted(self.speech, self._view(), self._rules))
 
-    def _judge(self, sample: int) -> turns.Act:
-        """Speech went silent at absolute `sample`: "end" the turn there (the VAD's end of
-        speech; with semantic turn detection, a pause the turn model judges finished), or "hold"
-        it."""
-        rules = self.options.turn
-        if rules is None:
-            return "end"
-        assert self._turn_model is not None
-        finished = self._turn_model.probability(self._buf.view())
-        self._turn, act = turns.pause(self._turn, sample / SAMPLE_RATE, finished, rules)
-        log.debug("turn at %.2f s: P(finished) %.2f -> %s", sample / SAMPLE_RATE, finished, act)
-        return act
+    def _view(self) -> speech.Buffer:
+        """What admission decides by: the buffer's span and whether it holds words."""
+        held = self.commits
+        return speech.Buffer(self._buf.start, self._buf.end, held.holds_words, bool(held.pending))
 
-    def _end_turn(self, sample: int) -> None:
-        """The turn's speech ended at absolute `sample`: finalize it up to there (or say there
-        is nothing to finalize)."""
-        vad = self.options.vad
-        assert vad is not None
-        self._open = False
-        self._speech_end = sample
-        self.on_event(SpeechStopped(round(sample / SAMPLE_RATE, 3)))
-        speech_s = (sample - self._utterance_start) / SAMPLE_RATE
-        if speech_s < vad.min_speech_s and not self.commits.pending:
-            log.debug("ignored %.2f s of speech (shorter than min_speech_s)", speech_s)
-            self.on_event(Finalized("pause", sample / SAMPLE_RATE))
-        elif not self._request_final(min(sample + self._pad, self._buf.end), "pause", speech=True):
-            self.on_event(Finalized("pause", sample / SAMPLE_RATE))
+    def _do(self, state: Speech, acts: speech.Acts) -> None:
+        """Execute what admission decided."""
+        if state.final_until is not None and self.speech.final_until is None:
+            log.debug("finalize (%s) at %.2f s", state.final_reason or "short pause",
+                      state.final_until / SAMPLE_RATE)  # fmt: skip
+        self.speech = state
+        for act in acts:
+            match act:
+                case Tell(event=event):
+                    self.on_event(event)
+                case DropBefore(sample=sample):
+                    self._buf.drop_before(sample)
+                case ForgetContext():
+                    if self.commits.committed:
+                        log.debug("context dropped after a silence")
+                    self.commits = self.commits.forget()
 
     def _restart_at(self, sample: int, clears: int) -> None:
         """After `clear()` (`clears` of them): the buffer and the words not committed are gone,
@@ -297,53 +252,25 @@ class StreamingSession:
         log.debug("cleared %.2f s of buffered audio", self._buf.length / SAMPLE_RATE)
         self._buf.restart(sample)
         self.commits = self.commits.forget()
-        self._final_until = None
-        self._decoded_until = sample
+        self.speech = speech.restarted(self.speech, sample, vad=self._vad is not None)
         if self._vad is not None:
             self.listen()
             self._vad.forget(sample)  # it restarted there as it heard the clear
-            self._open = False
-            self._turn = turns.Turn()
         self.transcript.close_segment()
         self.transcript.partial("")
         for _ in range(clears):
             self.on_event(BufferCleared())
 
-    def _nothing_to_keep(self) -> bool:
-        """The buffer holds no words (committed context or pending) worth keeping."""
-        return not self.commits.holds_words and self._final_until is None
-
-    def _request_final(self, until: int, reason: FinalReason, *, speech: bool) -> bool:
-        """Finalize the buffer up to `until` at the next pass (if it may hold words); False
-        when there is nothing to finalize. A turn's end (`reason`) that comes before a pause's
-        commit (None) was done takes it over."""
-        if self._final_until is not None:
-            if reason is not None and self._final_reason is None:
-                self._final_until = max(self._final_until, until)
-                self._final_reason = reason
-            return True
-        if (speech and until > self._buf.start) or self.commits.pending:
-            log.debug("finalize (%s) at %.2f s", reason or "short pause", until / SAMPLE_RATE)
-            self._final_until = max(until, self._buf.start)
-            self._final_reason = reason
-            return True
-        return False
-
     def decode_due(self) -> bool:
         """A pass has work: a finalization, or `step_s` of new audio in an open utterance."""
-        if self._final_until is not None:
-            return True
-        if not self._open:
-            return False
-        new = self._buf.end - max(self._decoded_until, self._buf.start)
-        return new >= round(self.options.step_s * SAMPLE_RATE) and not self._tail_due()
+        return speech.decode_due(self.speech, self._view(), self._rules, self._tail_due())
 
     def _tail_due(self) -> bool:
         """The speech went silent less than the pad ago: the pad (the tail of its last word,
         which the VAD hears as silence) arrives within `speech_pad_s`. A pass now would read
         that word cut, and the pause's finalization could not commit from it."""
         silent = self._vad.silent_since() if self._vad is not None else None
-        return silent is not None and silent <= self._buf.end < silent + self._pad
+        return silent is not None and silent <= self._buf.end < silent + self._rules.pad
 
     @property
     def idle(self) -> bool:
@@ -362,7 +289,7 @@ class StreamingSession:
 
     def decoding(self, cancel: threading.Event | None) -> Steps[None]:
         """The due pass (if any), as a resumable task."""
-        if self._final_until is not None:
+        if self.speech.final_until is not None:
             yield from self._finalize(cancel)
         elif self.decode_due():
             yield from self._step(cancel)
@@ -373,20 +300,20 @@ class StreamingSession:
 
         When the decoder stopped early (its text ends `STALL_S` before the audio does), the
         buffer is cut after that text and the rest is decoded again (up to `FINAL_PASSES`)."""
-        until = self._final_until
+        until, reason = self.speech.final_until, self.speech.final_reason
         assert until is not None
         paused = self._vad.paused_since() if self._vad is not None else None
-        quiet = paused is not None and self._decoded_until >= paused  # only silence came after
+        quiet = paused is not None and self.speech.decoded_until >= paused  # silence came after
         for attempt in range(FINAL_PASSES):
             fresh = None
-            stale = attempt > 0 or (self._decoded_until < until and not quiet)
+            stale = attempt > 0 or (self.speech.decoded_until < until and not quiet)
             if stale and until - self._buf.start >= SAMPLE_RATE // 10:
                 decoded = yield from self._run_pass(self._buf.view(until), cancel)
-                self._decoded_until = max(self._decoded_until, decoded.end)
+                self._decoded_to(decoded.end)
                 fresh = decoded if decoded.usable else None  # else: what the last pass said
             self.commits, applied = commits.finalize(
                 self.commits, fresh, self._buf.start, until, self.options, self.tokenizer,
-                reread_last=self._final_reason == "flush",  # a client's commit: read it again
+                reread_last=reason == "flush",  # a client's commit: read it again
             )  # fmt: skip
             self._apply(applied)
             if not applied.stalled or until - self._buf.start < SAMPLE_RATE // 2:
@@ -395,15 +322,18 @@ class StreamingSession:
                 "finalize: decoding the %.2f s the decoder skipped",
                 (until - self._buf.start) / SAMPLE_RATE,
             )
-        self._final_until = None
+        self.speech = replace(self.speech, final_until=None)
         self.transcript.close_segment()
         self.transcript.partial("")
-        if self._final_reason is not None:
-            self.on_event(Finalized(self._final_reason, until / SAMPLE_RATE))
+        if reason is not None:
+            self.on_event(Finalized(reason, until / SAMPLE_RATE))
+
+    def _decoded_to(self, end: int) -> None:
+        self.speech = replace(self.speech, decoded_until=max(self.speech.decoded_until, end))
 
     def _step(self, cancel: threading.Event | None) -> Steps[None]:
         decoded = yield from self._run_pass(self._buf.view(), cancel)
-        self._decoded_until = decoded.end
+        self.speech = replace(self.speech, decoded_until=decoded.end)
         self.commits, applied = commits.step(
             self.commits, decoded, self.policy, self.options, self.tokenizer
         )
