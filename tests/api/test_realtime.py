@@ -560,6 +560,22 @@ def test_a_client_secret_opens_realtime_sessions_with_its_settings_and_nothing_e
     assert code == 1008 and events[0]["error"]["code"] == "invalid_client_secret"
 
 
+def test_a_client_secret_is_refused_once_it_expired(keyed_server: LiveServer) -> None:
+    client = OpenAI(api_key=KEY, base_url=keyed_server.url("/v1"), max_retries=0)
+    secret = client.realtime.client_secrets.create(
+        expires_after={"anchor": "created_at", "seconds": 10}
+    )
+    url, protocols = (
+        realtime_url(keyed_server),
+        ["realtime", f"openai-insecure-api-key.{secret.value}"],
+    )
+    events, _ = asyncio.run(exchange(url, [], lambda ev: len(ev) >= 1, subprotocols=protocols))  # type: ignore[arg-type]
+    assert events[0]["type"] == "session.created"  # a default transcription session
+    time.sleep(max(secret.expires_at - time.time(), 0) + 0.5)
+    events, code = asyncio.run(exchange(url, [], lambda ev: False, subprotocols=protocols))  # type: ignore[arg-type]
+    assert code == 1008 and events[0]["error"]["code"] == "client_secret_expired"
+
+
 TRANSCRIPTION_SESSION = {"type": "transcription"}
 
 

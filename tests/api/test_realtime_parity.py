@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from benchmarks.wer_paired import CORPUS
 from tests.api.conftest import JFK_WAV, LiveServer, normalise
 from tests.api.test_realtime import (
     COMPLETED,
@@ -65,6 +66,17 @@ def test_completed_items_name_their_language_and_carry_the_log_probs_asked_for(
 
     [plain] = one_item(server, session({}), audio).of(COMPLETED)  # not asked for: none
     assert plain.get("logprobs") is None and plain["languages"] == [{"code": "en"}]
+
+
+def test_keywords_spell_the_names_they_name(server: LiveServer) -> None:
+    """tiny.en hears a LibriSpeech reader's "said Albert ... returned Franz" as "Said Albaar
+    ... return friends"; named as keywords, the names are spelled."""
+    audio = pcm16(clip(CORPUS / "audio" / "7367-86737-0001.flac", RATE))
+    texts = [
+        one_item(server, session(transcription), audio).of(COMPLETED)[0]["transcript"]
+        for transcription in ({}, {"keywords": ["Albert", "Franz"]})
+    ]
+    assert ["Albert" in text and "Franz" in text for text in texts] == [False, True], texts
 
 
 def test_languages_limit_detection_to_the_candidates(server: LiveServer, base: str) -> None:
