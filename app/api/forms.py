@@ -21,8 +21,7 @@ from app.service.transcription.options import (
     MAX_REQUEST_TEMPERATURE,
     Task,
     TranscriptionOptions,
-    language_candidates,
-    model_language,
+    language_choice,
     model_task,
 )
 
@@ -66,14 +65,15 @@ class AudioForm:
     ) -> TranscriptionOptions:
         """The transcriber options of this request on `model`: the server's defaults with what
         the client set; raises `Rejected` for what the model cannot do."""
+        spoken, candidates = language_choice(
+            model.name, model.multilingual, language, self.languages,
+            params=("language", LANGUAGES),
+        )  # fmt: skip
         changes: dict[str, object] = {
-            "language": model_language(model.name, model.multilingual, language),
+            "language": spoken,
             "task": model_task(model.multilingual, task),
         }
-        candidates = self.language_candidates(model)
-        if changes["language"] is None and len(candidates) == 1:
-            changes["language"] = candidates[0]
-        elif changes["language"] is None and candidates:
+        if candidates:
             changes["languages"] = candidates
         if self.prompt:
             changes["initial_prompt"] = self.prompt
@@ -103,11 +103,6 @@ class AudioForm:
         if self.word_timestamps:
             changes["word_timestamps"] = True
         return replace(model.base_options, **changes)
-
-    def language_candidates(self, model: LoadedModel) -> tuple[str, ...]:
-        """`languages[]` as the engine's language codes; `Rejected` (naming the field) for one
-        the model cannot transcribe."""
-        return language_candidates(model.name, model.multilingual, self.languages, LANGUAGES)
 
     def check(self) -> None:
         """OpenAI's rules between fields (a 400 naming the field)."""

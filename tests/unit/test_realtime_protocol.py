@@ -137,6 +137,7 @@ def test_ids() -> None:
     assert all(re.fullmatch(r"event_[A-Za-z0-9]{22}", e) for e in events)
     assert re.fullmatch(r"event_[A-Za-z0-9]{22}", ev.new_event_id())
     assert re.fullmatch(r"item_[A-Za-z0-9]{22}", ev.new_item_id())
+    assert re.fullmatch(r"sess_[A-Za-z0-9]{22}", ev.new_session_id())
     assert ev.new_item_id() != ev.new_item_id()
 
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.auth import client_secret, require_api_key
 from app.api.deps import ModelsDep, SettingsDep
 from app.api.live.realtime_config import MODEL_PARAM, RealtimeConfig, apply_ga, session_ga
-from app.api.live.realtime_events import new_item_id
+from app.api.live.realtime_events import new_session_id
 from app.api.schemas import ERROR_RESPONSES
 from app.service.errors import Rejected
 
@@ -70,20 +70,14 @@ async def create_client_secret(
 ) -> JSONResponse:
     """A client secret for Realtime transcription sessions with the given settings."""
     request = request or ClientSecretRequest()
-    if request.session.get("type") != "transcription":
-        raise Rejected(
-            "invalid_value",
-            "this server creates transcription sessions only: session.type must be "
-            f"'transcription', not {request.session.get('type')!r}",
-            param="session.type",
-        )
-    config = secret_config(request.session, RealtimeConfig())
+    # a session without its type is refused by the same check as one of another type
+    config = secret_config({"type": None, **request.session}, RealtimeConfig())
     try:  # an unknown model is refused now, not at the first session
         models.status(config.model or "")
     except Rejected as e:
         raise Rejected(e.code, e.message, param=MODEL_PARAM, kind=e.kind) from e
     expires_at = int(time.time()) + request.expires_after.seconds
     secret = client_secret(settings.api_key, request.session, expires_at)
-    session = session_ga(config, "sess_" + new_item_id().removeprefix("item_"))
+    session = session_ga(config, new_session_id())
     body = ClientSecretResponse(value=secret, expires_at=expires_at, session=session)
     return JSONResponse(body.model_dump())

@@ -92,6 +92,7 @@ from app.api.live.realtime_events import (
     TranscriptionSessionUpdated,
     UserAudioItem,
     new_item_id,
+    new_session_id,
     parse_client_event,
 )
 from app.api.live.stream_options import realtime_default, realtime_options
@@ -143,7 +144,7 @@ class _Item:
 class RealtimeConnection(LiveConnection):
     def __init__(self, websocket: WebSocket, deps: LiveDeps) -> None:
         super().__init__(websocket, deps)
-        self.session_id = "sess_" + new_item_id().removeprefix("item_")
+        self.session_id = new_session_id()
         self.config = realtime_default(deps.defaults)
         secret = presented_key(websocket)
         if secret is not None and secret.startswith(CLIENT_SECRET_PREFIX):  # checked at the door

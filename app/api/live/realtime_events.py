@@ -36,6 +36,11 @@ def new_item_id() -> str:
     return _random_id("item_")
 
 
+def new_session_id() -> str:
+    """A session id: "sess_" and 22 random letters and digits."""
+    return _random_id("sess_")
+
+
 # --- server events -------------------------------------------------------------------------
 
 

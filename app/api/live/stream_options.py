@@ -23,7 +23,7 @@ from app.service.models.loaded import LoadedModel
 from app.service.transcription.jobs import TranscriptionJob
 from app.service.transcription.options import (
     TranscriptionOptions,
-    language_candidates,
+    language_choice,
     model_language,
 )
 
@@ -85,17 +85,13 @@ def realtime_options(
     keeps silence from being decoded. `keywords` lead the prompt (as REST's `keywords[]` lead
     every window's), `languages` limit detection, `delay` sets the pace (`DELAY_PACE`), and
     log-probs need the passes aligned."""
-    language = model_language(
-        model.name, model.multilingual, config.language, param=REALTIME_LANGUAGE
-    )
-    candidates = language_candidates(
-        model.name, model.multilingual, config.languages, REALTIME_LANGUAGES
-    )
-    if language is None and len(candidates) == 1:
-        language = candidates[0]
+    language, candidates = language_choice(
+        model.name, model.multilingual, config.language, config.languages,
+        params=(REALTIME_LANGUAGE, REALTIME_LANGUAGES),
+    )  # fmt: skip
     session = {
         "language": language,
-        "languages": candidates if language is None else (),
+        "languages": candidates,
         "prompt": " ".join(filter(None, (", ".join(config.keywords), config.prompt))) or None,
         "pace": None if config.delay is None else DELAY_PACE[config.delay],
         "word_timestamps": config.logprobs,

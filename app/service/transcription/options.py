@@ -160,13 +160,27 @@ def model_language(
     return "en"
 
 
-def language_candidates(
-    model: str, multilingual: bool, candidates: Sequence[str], param: str
-) -> tuple[str, ...]:
-    """OpenAI's `languages` (the languages the audio may be in) as the engine's codes, each
-    once; `Rejected` (naming `param`) for one `model` cannot transcribe."""
-    codes = (model_language(model, multilingual, c, param=param) for c in candidates)
-    return tuple(dict.fromkeys(code for code in codes if code is not None))
+def language_choice(
+    model: str,
+    multilingual: bool,
+    language: object,
+    candidates: Sequence[str],
+    *,
+    params: tuple[str, str] = ("language", "languages"),
+) -> tuple[str | None, tuple[str, ...]]:
+    """(the language, the candidates detection picks from): `language` as `model_language`
+    takes it, and OpenAI's `languages` (the languages the audio may be in) as the engine's
+    codes, each once. A named language wins; one candidate is the language; else detection
+    picks among them (none: any the model knows). `Rejected` (naming the `params` entry) for a
+    language `model` cannot transcribe."""
+    code = model_language(model, multilingual, language, param=params[0])
+    codes = (model_language(model, multilingual, c, param=params[1]) for c in candidates)
+    found = tuple(dict.fromkeys(c for c in codes if c is not None))
+    if code is not None:
+        return code, ()
+    if len(found) == 1:
+        return found[0], ()
+    return None, found
 
 
 def model_task(multilingual: bool, task: Task) -> Task:
