@@ -71,8 +71,8 @@ RUN if [ "$INTEL_GPU" = "1" ]; then \
 RUN groupadd --system --gid 10001 stt \
  && useradd --system --no-log-init --uid 10001 --gid stt --home-dir /home/stt --create-home \
         --shell /usr/sbin/nologin stt \
- && mkdir -p /cache/openvino /cache/huggingface \
- && chown stt:stt /cache/openvino /cache/huggingface
+ && mkdir -p /cache/openvino /cache/huggingface /data \
+ && chown stt:stt /cache/openvino /cache/huggingface /data
 
 COPY --from=build /opt/venv /opt/venv
 # Owned by the service's user: with STT_MODEL_DOWNLOADS it builds new models there at run time.
@@ -87,6 +87,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     STT_HOST=0.0.0.0 \
     STT_PORT=8000 \
     STT_OV_CACHE_DIR=/cache/openvino \
+    STT_DATA_DIR=/data \
     HF_HOME=/cache/huggingface \
     HF_HUB_DISABLE_TELEMETRY=1 \
     MALLOC_ARENA_MAX=2 \

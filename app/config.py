@@ -162,6 +162,16 @@ class Settings(BaseSettings):
         "request); default DEVICE, but the CPU when DEVICE is NPU (the speaker embedding takes "
         "audio of any length: a static device would compile per length).",
     )
+    voices: bool = Field(
+        default=False,
+        description="The voice registry (/v1/voices): voices enrolled once and named by "
+        "diarization; kept in DATA_DIR/voices.sqlite3 (each voice's name, speaker embedding and "
+        "enrolment time; its audio only when asked). Off: /v1/voices answers 403.",
+    )
+    data_dir: Path = Field(
+        default=Path("data"),
+        description="Where the server keeps what it is given to keep (the voice registry).",
+    )
     vad_filter: bool = Field(
         default=True,
         description="Transcribe only the speech Silero VAD finds (request field `vad_filter`).",

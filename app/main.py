@@ -34,7 +34,7 @@ from app.api.limits import UploadLimitMiddleware
 from app.api.live import audio_stream, client_secrets, page, realtime
 from app.api.live.wyoming import WyomingServer
 from app.api.metrics import Metrics, RequestMetricsMiddleware
-from app.api.routes import audio, health, metrics, models
+from app.api.routes import audio, health, metrics, models, voices
 from app.api.services import Services
 from app.config import Settings
 from app.export import names
@@ -54,6 +54,8 @@ from app.service.models.opening import ModelLoadError, OpenOptions
 from app.service.models.options import ManagerOptions, ModelNames, Obtain
 from app.service.pool import WorkerPool
 from app.service.transcription.transcriber import TranscriptionOptions
+from app.service.voices.registry import VoiceRegistry
+from app.service.voices.store import FILE_NAME, VoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +329,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limits = LiveLimits(settings.stream_max_session_s, settings.stream_max_buffered_s)
     live = LiveHost(manager, pool, gate, limits, settings.stream_max_sessions)
     diarizer = LazyDiarizer(settings.models_dir, speaker_runtime(settings))  # first use loads
-    services = Services(settings, manager, pool, collector, gate, live, diarizer)
+    store = VoiceStore(settings.data_dir / FILE_NAME)  # opened by the first registry call
+    registry = VoiceRegistry(store, diarizer, settings.models_dir)
+    services = Services(settings, manager, pool, collector, gate, live, diarizer, registry)
     services.models.add_listener(collector.model_changed)
     app.state.services = services  # the routes get it through app.api.deps
 
@@ -348,6 +352,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(audio.router)
     app.include_router(metrics.router)
+    app.include_router(voices.router)
     app.include_router(audio_stream.router)  # WebSocket /v1/audio/stream
     app.include_router(realtime.router)  # WebSocket /v1/realtime (OpenAI Realtime)
     app.include_router(client_secrets.router)  # its short-lived keys

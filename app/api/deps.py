@@ -18,6 +18,7 @@ from app.config import Settings
 from app.service.diarize.job import LazyDiarizer
 from app.service.models.manager import ModelManager
 from app.service.pool import WorkerPool
+from app.service.voices.registry import VoiceRegistry
 
 
 def get_services(conn: HTTPConnection) -> Services:
@@ -51,8 +52,13 @@ def get_diarizer(services: ServicesDep) -> LazyDiarizer:
     return services.diarizer
 
 
+def get_voices(services: ServicesDep) -> VoiceRegistry:
+    return services.voices
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ModelsDep = Annotated[ModelManager, Depends(get_models)]
 PoolDep = Annotated[WorkerPool, Depends(get_pool)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 DiarizerDep = Annotated[LazyDiarizer, Depends(get_diarizer)]
+VoicesDep = Annotated[VoiceRegistry, Depends(get_voices)]

@@ -30,6 +30,7 @@ from app.service.job_run import JobRun
 from app.service.models.manager import ModelManager
 from app.service.pool import WorkerPool
 from app.service.transcription.jobs import TranscriptionJob, TranscriptionResult
+from app.service.voices.registry import VoiceRegistry
 
 TASK = "transcribe"
 Runs = tuple[SpeakerSegment, ...]  # a finished transcript segment's speaker runs
@@ -47,6 +48,7 @@ async def respond(
     settings: Settings,
     metrics: Metrics,
     diarizer: LazyDiarizer,
+    voices: VoiceRegistry,
     language: str | None,
 ) -> Response:
     """Transcribe with speakers; the lease on the model lasts until the job is over."""
@@ -61,7 +63,10 @@ async def respond(
 
         def work(post: Callable[[Runs], None], cancel: threading.Event) -> DiarizedResult:
             on_runs = post if form.stream else None
-            return transcribe_speakers(loaded, diarizer.get(), job, speakers.job, cancel, on_runs)
+            enrolled = voices.known(speakers.job.voices) if speakers.job.voices else ()
+            return transcribe_speakers(
+                loaded, diarizer.get(), job, speakers.job, cancel, on_runs, enrolled
+            )
 
         run = JobRun(pool, lease, work)
         if not form.stream:

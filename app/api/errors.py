@@ -4,7 +4,8 @@ The service refuses a request with one error, `Rejected`; its `kind` is mapped t
 and nowhere else (`REJECTION_STATUS`): a bad parameter 400, no or a wrong API key 401
 (`WWW-Authenticate: Bearer`), fetching off 403, an unknown model
 404, a model being unloaded 409, a limit 413, a full queue 429, a model loading, no room or
-shutting down 503; `retry_after_s` becomes `Retry-After`. The engine's audio errors: undecodable
+shutting down 503, a full disk 507, the server's own broken state (a damaged file) 500;
+`retry_after_s` becomes `Retry-After`. The engine's audio errors: undecodable
 415, too long 413. Validation 400, a load that failed 500 with its reason, anything unexpected
 500.
 """
@@ -36,6 +37,8 @@ REJECTION_STATUS: dict[RejectionKind, int] = {
     "limit": 413,
     "busy": 429,
     "unavailable": 503,
+    "storage": 507,
+    "failed": 500,
 }
 
 

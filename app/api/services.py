@@ -12,6 +12,7 @@ from app.service.gate import ServerGate
 from app.service.live import LiveHost
 from app.service.models.manager import ModelManager
 from app.service.pool import WorkerPool
+from app.service.voices.registry import VoiceRegistry
 
 
 @dataclass(frozen=True)
@@ -25,3 +26,4 @@ class Services:
     gate: ServerGate  # whether the server takes new work: loading, ready, draining ...
     live: LiveHost  # the live sessions: admission, their runners, the shutdown's drain
     diarizer: LazyDiarizer  # the speaker models, loaded by the first diarized request
+    voices: VoiceRegistry  # enrolled voices (used only with settings.voices)

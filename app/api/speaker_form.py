@@ -4,9 +4,10 @@ read once as one dependency (`speaker_form`) beside the audio form.
 Diarization runs for `response_format=diarized_json`, for the model `gpt-4o-transcribe-diarize`
 (the default model with speakers) and for `diarize=true` (speakers on verbose_json, srt and vtt).
 Known speakers come as `known_speaker_names[]` with as many `known_speaker_references[]`, each a
-data URL of a 2-10 s clip in any upload format. `chunking_strategy` ("auto" or a server_vad
-object) is accepted and checked: this server always cuts long audio at silences itself. With the
-setting STT_DIARIZATION off, a request asking for speakers is a 403 naming it.
+data URL of a 2-10 s clip in any upload format; with the voice registry on (STT_VOICES), the
+names after those with a clip name enrolled voices (`/v1/voices`). `chunking_strategy` ("auto"
+or a server_vad object) is accepted and checked: this server always cuts long audio at silences
+itself. With the setting STT_DIARIZATION off, a request asking for speakers is a 403 naming it.
 """
 
 from __future__ import annotations
@@ -63,15 +64,17 @@ def decode_data_url(url: str, index: int) -> bytes:
 
 
 def known_speakers(
-    names: list[str] | None, references: list[str] | None
-) -> tuple[tuple[str, bytes], ...]:
-    """Names paired with their decoded reference clips (a 400 naming the field if they do not
-    pair up)."""
+    names: list[str] | None, references: list[str] | None, voices: bool
+) -> tuple[tuple[tuple[str, bytes], ...], tuple[str, ...]]:
+    """Names paired with their decoded reference clips, and the names after them that have no
+    clip (enrolled voices: only with the voice registry on); a 400 naming the field if they do
+    not pair up."""
     names, references = names or [], references or []
-    if len(names) != len(references):
+    if len(names) < len(references) or (len(names) > len(references) and not voices):
         raise _invalid(
             f"known_speaker_names[] ({len(names)}) and known_speaker_references[] "
-            f"({len(references)}) must have the same number of entries",
+            f"({len(references)}) must have the same number of entries"
+            + ("" if voices else " (names of enrolled voices need STT_VOICES=true)"),
             NAMES if len(names) < len(references) else REFERENCES,
         )
     if len(names) > MAX_KNOWN_SPEAKERS:
@@ -81,8 +84,9 @@ def known_speakers(
         raise _invalid("known_speaker_names[] must not hold an empty name", NAMES)
     if len(set(cleaned)) != len(cleaned):
         raise _invalid("known_speaker_names[] must not name a speaker twice", NAMES)
-    pairs = enumerate(zip(cleaned, references, strict=True))
-    return tuple((name, decode_data_url(url, i)) for i, (name, url) in pairs)
+    pairs = enumerate(zip(cleaned, references, strict=False))
+    clips = tuple((name, decode_data_url(url, i)) for i, (name, url) in pairs)
+    return clips, tuple(cleaned[len(references) :])
 
 
 def _asked_by(form: AudioForm, alias: bool) -> str:
@@ -174,6 +178,6 @@ def speaker_form(
         hints = SpeakerHints(num_speakers, min_speakers, max_speakers)
     except ValueError as e:
         raise _invalid(str(e), "num_speakers" if num_speakers else "min_speakers") from e
-    known = known_clips(known_speakers(known_speaker_names, known_speaker_references))
-    job = SpeakerJob(hints, known)
+    clips, voices = known_speakers(known_speaker_names, known_speaker_references, settings.voices)
+    job = SpeakerJob(hints, known_clips(clips), voices)
     return SpeakerForm(model=None if alias else form.model, job=job)

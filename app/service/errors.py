@@ -11,7 +11,7 @@ from typing import Literal
 
 RejectionKind = Literal[
     "invalid_request", "unauthorized", "not_found", "forbidden", "conflict", "busy",
-    "unavailable", "limit",
+    "unavailable", "limit", "storage", "failed",
 ]  # fmt: skip
 
 
@@ -25,7 +25,8 @@ class Rejected(Exception):
     not exist), forbidden (this server's settings do not allow it), conflict (it clashes with
     what is under way, such as an unload), busy (try again soon: `retry_after_s`), unavailable
     (the service or a model cannot serve now; may carry `retry_after_s`), limit (a size or
-    duration bound was passed).
+    duration bound was passed), storage (the server's disk is full), failed (the server's own
+    state is broken: a person has to mend it).
     """
 
     def __init__(

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from app.api import diarized
 from app.api.auth import require_api_key
-from app.api.deps import DiarizerDep, MetricsDep, ModelsDep, PoolDep, SettingsDep
+from app.api.deps import DiarizerDep, MetricsDep, ModelsDep, PoolDep, SettingsDep, VoicesDep
 from app.api.forms import AudioForm, audio_form
 from app.api.job_http import JobReply, read_upload
 from app.api.metrics import Metrics, Stopwatch
@@ -78,12 +78,13 @@ async def create_transcription(
     metrics: MetricsDep,
     speakers: Annotated[SpeakerForm | None, Depends(speaker_form)],
     diarizer: DiarizerDep,  # diarization: the speaker models, loaded on first use
+    voices: VoicesDep,  # the enrolled voices a request names
     language: Annotated[str | None, Form(description="ISO-639-1 code; default: detect")] = None,
 ) -> Response:
     """Transcribe audio into the input language."""
     if speakers is not None:  # speakers asked for: app/api/diarized.py
         return await diarized.respond(
-            request, form, speakers, models, pool, settings, metrics, diarizer, language
+            request, form, speakers, models, pool, settings, metrics, diarizer, voices, language
         )
     return await _handle(
         request, form, models, pool, settings, metrics, task="transcribe", language=language

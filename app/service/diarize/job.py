@@ -49,11 +49,13 @@ REFERENCES_PARAM = "known_speaker_references[]"
 
 @dataclass(frozen=True)
 class SpeakerJob:
-    """What a request asks of diarization: count hints and known speakers (each a name and its
-    reference clip, f32 16 kHz mono: `known_clips` checks and decodes them)."""
+    """What a request asks of diarization: count hints, known speakers (each a name and its
+    reference clip, f32 16 kHz mono: `known_clips` checks and decodes them) and the names of
+    enrolled voices (`app.service.voices`)."""
 
     hints: SpeakerHints = field(default_factory=SpeakerHints)
     known: tuple[tuple[str, np.ndarray], ...] = ()
+    voices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,13 +126,18 @@ def reference_clip(data: bytes, index: int) -> np.ndarray:
     except AudioDecodeError as e:
         raise Rejected("invalid_value", f"{where} is not audio this server can read: {e}",
                        param=REFERENCES_PARAM) from e  # fmt: skip
+    return lasting(clip, REFERENCE_S, where, REFERENCES_PARAM)
+
+
+def lasting(clip: np.ndarray, bounds: tuple[float, float], what: str, param: str) -> np.ndarray:
+    """`clip` if it lasts within `bounds` (seconds); else a 400 saying how long `what` lasts."""
     seconds = len(clip) / SAMPLE_RATE
-    low, high = REFERENCE_S
+    low, high = bounds
     if not low <= seconds <= high:
         raise Rejected(
             "invalid_value",
-            f"{where} lasts {seconds:.1f} s; a reference clip must last {low:g} to {high:g} s",
-            param=REFERENCES_PARAM,
+            f"{what} lasts {seconds:.1f} s; it must last {low:g} to {high:g} s",
+            param=param,
         )
     return clip
 
@@ -161,8 +168,10 @@ def transcribe_speakers(
     speakers: SpeakerJob,
     cancel: threading.Event | None = None,
     on_segments: Callable[[tuple[SpeakerSegment, ...]], None] | None = None,
+    enrolled: Sequence[tuple[str, np.ndarray]] = (),
 ) -> DiarizedResult:
-    """Transcribe `job` with word timing and say who spoke each word (blocking).
+    """Transcribe `job` with word timing and say who spoke each word (blocking); `enrolled`:
+    the embeddings of the enrolled voices `speakers` names.
 
     The speaker pass (known speakers' clips, then the audio) runs on a thread of its own beside
     the transcription, which runs on the calling thread: Whisper's decoder loop leaves a core
@@ -177,7 +186,7 @@ def transcribe_speakers(
     )
 
     def speaker_pass() -> tuple[tuple[Turn, ...], dict[int, str]]:
-        known = known_embeddings(diarizer, speakers.known)
+        known = known_embeddings(diarizer, speakers.known) + list(enrolled)
         started = time.perf_counter()
         diarization = diarizer(audio, speakers.hints, stop)
         labels = diarization.labels(known, diarizer.options.known_threshold)
