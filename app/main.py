@@ -68,6 +68,7 @@ OPENAI_MODEL_ALIASES = (
     "gpt-transcribe",
     "gpt-live-transcribe",
     "gpt-realtime-whisper",
+    "gpt-4o-transcribe-diarize",  # with speakers (REST: app.api.speaker_form; Realtime)
 )
 UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 SHUTDOWN_DRAIN_S = 30.0  # most time shutdown waits for running (already cancelled) jobs

@@ -88,7 +88,8 @@ class Run:
 
 def sdk_client(server: LiveServer) -> AsyncOpenAI:
     ws_base = server.base_url.replace("http://", "ws://") + "/v1"
-    return AsyncOpenAI(api_key="unused", base_url=server.url("/v1"), websocket_base_url=ws_base)
+    key = server.api_key or "unused"
+    return AsyncOpenAI(api_key=key, base_url=server.url("/v1"), websocket_base_url=ws_base)
 
 
 async def sdk_run(

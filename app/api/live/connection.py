@@ -38,6 +38,7 @@ from app.api.auth import WS_KEY_SUBPROTOCOL_PREFIX, key_refusal
 from app.api.live.stream_options import live_defaults
 from app.api.services import Services
 from app.config import Settings
+from app.service.diarize.job import LazyDiarizer
 from app.service.errors import Rejected
 from app.service.live import (
     Admission,
@@ -53,6 +54,7 @@ from app.service.live.host import Ending
 from app.service.live.options import LiveDefaults, StreamingOptions
 from app.service.models.leases import SessionModels
 from app.service.models.loaded import LoadedModel
+from app.service.voices.registry import VoiceRegistry
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,8 @@ class LiveDeps:
     settings: Settings
     host: LiveHost
     admission: Admission
+    diarizer: LazyDiarizer | None = None  # the speaker models (live speakers), if served
+    voices: VoiceRegistry | None = None  # the enrolled voices they may name
 
     @property
     def models(self) -> SessionModels:
@@ -171,7 +175,10 @@ async def serve(
     try:
         with admission:
             try:  # the connection takes the default model: it may not be loaded
-                live = connection(websocket, LiveDeps(settings, services.live, admission))
+                deps = LiveDeps(
+                    settings, services.live, admission, services.diarizer, services.voices
+                )
+                live = connection(websocket, deps)
             except Rejected as refusal:
                 await _refuse(websocket, error_event, refusal)
                 return

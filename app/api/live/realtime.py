@@ -95,6 +95,7 @@ from app.api.live.realtime_events import (
     new_session_id,
     parse_client_event,
 )
+from app.api.live.realtime_speakers import SegmentSender, diarization_refusal, segment_sender
 from app.api.live.stream_options import realtime_default, realtime_options
 from app.api.schemas import LanguageJSON, LogprobJSON
 from app.service.errors import Rejected
@@ -160,6 +161,7 @@ class RealtimeConnection(LiveConnection):
         self.mark_s = 0.0  # stream seconds of the last commit or clear: where an item begins
         self.quiet_from_s: float | None = 0.0  # where the VAD's silence began; None: speech
         self.partials = websocket.query_params.get("partials", "").lower() in ("1", "true")
+        self.speakers: SegmentSender | None = None  # with config.diarize: who is who, kept
 
     # ---- configuration ------------------------------------------------------------------
     def session_object(self) -> dict[str, Any]:
@@ -199,11 +201,22 @@ class RealtimeConnection(LiveConnection):
 
     def _resolve(self, config: RealtimeConfig) -> tuple[LoadedModel, StreamingOptions]:
         """The loaded model `config` names and the session's options on it."""
+        if config.diarize and (refusal := diarization_refusal(self.settings, self.deps.diarizer)):
+            raise refusal
         try:
             model = self.deps.models.get(config.model)
         except Rejected as e:
             raise Rejected(e.code, e.message, param=MODEL_PARAM, kind=e.kind) from e
         return model, realtime_options(config, model, self.deps.defaults)
+
+    def _live_speakers(self) -> SegmentSender | None:
+        """The session's speakers while it asks for them (kept across runners)."""
+        if not self.config.diarize:
+            return None
+        if self.speakers is None:
+            return segment_sender(self.deps, self.outbox.put, error_event)
+        self.speakers.new_stream()
+        return self.speakers
 
     # ---- client events ------------------------------------------------------------------
     async def handle(self, message: dict[str, Any]) -> bool:
@@ -247,11 +260,15 @@ class RealtimeConnection(LiveConnection):
         if self.runner is None:
             pcm = PcmInput(self.config.encoding, self.config.rate)
             self.start_runner(self.model, self.options, pcm)
+            self.speakers = self._live_speakers()
         assert self.runner is not None
         try:
-            self.runner.append(data)
+            samples = self.runner.convert(data)
         except AudioDecodeError as e:
             raise Rejected("invalid_audio", f"audio dropped: {e}", param="audio") from e
+        self.runner.feed(samples)
+        if self.speakers is not None:
+            self.speakers.hear(samples)
         self.audio_since_commit = self.audio_since_commit or bool(data)
         if self.open is None and self.config.turn_detection is None and data:
             self._open_item()  # without turns, the audio since the last commit is the next item
@@ -349,6 +366,8 @@ class RealtimeConnection(LiveConnection):
                 logprobs=LogprobJSON.of_words(item.words, token_bytes) if self.config.logprobs
                 else None,
             ))  # fmt: skip
+            if self.speakers is not None:
+                self.speakers.item(item.id, item.start_s, item.end_s or item.start_s, item.words)
 
     # ---- session events -----------------------------------------------------------------
     def on_event(self, event: StreamEvent) -> None:
@@ -408,6 +427,8 @@ class RealtimeConnection(LiveConnection):
         if self.open is not None and self.open.text:  # its first words came with the last pass
             self._end_item(self.open)
         self._complete(math.inf)
+        if self.speakers is not None:
+            await self.speakers.drain()  # the last items' speakers before the close
 
 
 @router.websocket("/v1/realtime")

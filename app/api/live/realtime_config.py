@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from app.api.live.realtime_events import ProtocolError, json_type
+from app.api.speaker_form import DIARIZE_MODEL
 from app.service.live.bounds import PREROLL_S, SPEECH_THRESHOLD, TURN_SILENCE_S
 from app.service.live.options import rate_problem
 from app.service.live.turns import EAGERNESS, Eagerness
@@ -121,6 +122,12 @@ class RealtimeConfig:
     turn_detection: TurnDetection | None = TurnDetection()  # None: the client commits turns
     noise_reduction: None = None
     logprobs: bool = False
+    speakers: bool = False  # extension: speaker segments on any model
+
+    @property
+    def diarize(self) -> bool:
+        """Each item's speakers are sent (`...segment`): OpenAI's diarizing model, or asked."""
+        return self.speakers or self.model == DIARIZE_MODEL
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -278,6 +285,11 @@ def _transcription(up: _Update, value: Any, param: str) -> None:
                 up.invalid_value(path, f"must be a string or null, not {json_type(setting)}")
         elif key in ("keywords", "languages"):
             _strings(up, key, setting, path)
+        elif key == "speakers":  # an extension: speaker segments on any model
+            if isinstance(setting, bool):
+                up.changes["speakers"] = setting
+            else:
+                up.invalid_value(path, f"must be true or false, not {json_type(setting)}")
         elif key == "delay":
             if setting is None or setting in DELAYS:
                 up.changes["delay"] = setting
@@ -377,7 +389,7 @@ def _transcription_dict(config: RealtimeConfig) -> dict[str, Any]:
         "keywords": list(config.keywords) or None,
         "languages": list(config.languages) or None,
         "delay": config.delay,
-    }
+    } | ({"speakers": True} if config.speakers else {})
 
 
 def session_ga(config: RealtimeConfig, session_id: str) -> dict[str, Any]:

@@ -171,6 +171,22 @@ class TranscriptionCompleted(_ServerEvent):
     logprobs: list[LogprobJSON] | None = None  # with include [item...logprobs]
 
 
+class TranscriptionSegment(_ServerEvent):
+    """One speaker's run of an item's words (`gpt-4o-transcribe-diarize`); times in session
+    seconds, as `speech_started`'s `audio_start_ms`."""
+
+    type: Literal["conversation.item.input_audio_transcription.segment"] = (
+        "conversation.item.input_audio_transcription.segment"
+    )
+    item_id: str
+    content_index: int = 0
+    id: str
+    speaker: str
+    start: float
+    end: float
+    text: str
+
+
 class TranscriptionError(_Model):
     type: str = "server_error"
     code: str | None = None

@@ -66,11 +66,11 @@ def speaker_labels(
                 break
             if order[c] not in names and known[r][0] not in names.values():
                 names[order[c]] = known[r][0]
-    letters = iter(letter for letter in _letters() if letter not in names.values())
-    return {k: names[k] if k in names else next(letters) for k in order}
+    free = iter(letter for letter in letters() if letter not in names.values())
+    return {k: names[k] if k in names else next(free) for k in order}
 
 
-def _letters() -> Iterable[str]:
+def letters() -> Iterable[str]:
     """A, B, ..., Z, AA, AB, ..."""
     yield from string.ascii_uppercase
     for first in string.ascii_uppercase:
@@ -93,13 +93,21 @@ def speaker_segments(
                 found.append(SpeakerSegment(segment.start, segment.end, who,
                                             segment.text.strip(), ()))  # fmt: skip
             continue
-        said = [labels.get(word_speaker(w.start, w.end, turns), FIRST) for w in words]
-        first = 0
-        for i in range(1, len(words) + 1):
-            if i == len(words) or said[i] != said[first]:
-                found.append(_run(words[first:i], said[first]))
-                first = i
+        found += word_runs(words, turns, labels)
     return tuple(found)
+
+
+def word_runs(
+    words: Sequence[Word], turns: Sequence[Turn], labels: dict[int, str]
+) -> list[SpeakerSegment]:
+    """Timed words grouped into runs of one speaker (each word's: `word_speaker`)."""
+    said = [labels.get(word_speaker(w.start, w.end, turns), FIRST) for w in words]
+    runs, first = [], 0
+    for i in range(1, len(words) + 1):
+        if i == len(words) or said[i] != said[first]:
+            runs.append(_run(words[first:i], said[first]))
+            first = i
+    return runs
 
 
 def _run(words: Sequence[Word], speaker: str) -> SpeakerSegment:

@@ -120,6 +120,13 @@ class VoiceRegistry:
             found.append((name, self._current(voice, model)))
         return tuple(found)
 
+    def enrolled(self) -> tuple[tuple[str, np.ndarray], ...]:
+        """Every voice these speaker models can use, with its embedding (a live session names
+        any of them); stale ones are left out."""
+        model = self.model_id()
+        usable = [v for v in self.store.all() if v.model == model or v.has_audio]
+        return tuple((voice.name, self._current(voice, model)) for voice in usable)
+
     def _current(self, voice: Voice, model: str) -> np.ndarray:
         if voice.model == model:
             return voice.embedding
