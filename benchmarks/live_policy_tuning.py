@@ -13,6 +13,10 @@ the same model: the live target is within +1.0 point of it.
 sign-flip test (p: how often random signs give a total at least as far from 0), per row and
 pooled over the rows: a change smaller than its paired noise shows as a large p.
 
+`--devcorpus N` adds the first N clips of `benchmarks/data/devcorpus` (more words); the grid's
+policy `alignatt_one_pass` is AlignAtt without the second reading of the word before an
+unsettled one (`AlignAtt.second_reading`), to measure what that rule costs.
+
 `--texts FILE` writes every row's streamed texts (JSON, per clip), to compare two versions of the
 code word for word.
 
@@ -29,8 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import wer_paired
 from benchmarks.common import MODELS_DIR, TESTDATA, english_clips, header, load1, table, wer
 
+ONE_PASS = "alignatt_one_pass"  # AlignAtt(second_reading=False): the rule measured off
 DEFAULT_GRID = (
     "local_agreement:0:1.0,local_agreement:0:0.5,"
     "alignatt:0.3:1.0,alignatt:0.5:1.0,alignatt:0.7:1.0,"
@@ -73,6 +79,8 @@ def main() -> int:
     parser.add_argument("--against-sure", type=float, default=None, metavar="S",
                         help="pair every AlignAtt row with a run at AlignAtt.sure = S")  # fmt: skip
     parser.add_argument("--texts", type=Path, default=None, help="write the streamed texts (JSON)")
+    parser.add_argument("--devcorpus", type=int, default=0, metavar="N",
+                        help="also the first N clips of benchmarks/data/devcorpus")  # fmt: skip
     args = parser.parse_args()
 
     from app.engine.audio import decode_audio
@@ -91,6 +99,8 @@ def main() -> int:
         if entry["text"] not in seen:
             seen.add(entry["text"])
             clips.append((decode_audio(TESTDATA / entry["file"]), entry["text"]))
+    for entry in wer_paired.entries(wer_paired.CORPUS)[: args.devcorpus]:
+        clips.append((decode_audio(wer_paired.CORPUS / entry["file"]), entry["text"]))
     refs = [text for _, text in clips]
     vad = SileroVad.load(MODELS_DIR / "silero_vad.onnx")
     rows = []
@@ -110,15 +120,19 @@ def main() -> int:
         rows.append((model, "file (greedy)", "", "", "", "", f"{file_wer:.2f}", ""))
         for spec in args.grid.split(","):
             policy, edge, step = spec.split(":")
+            one_pass = policy == ONE_PASS  # AlignAtt without the second reading (before it)
             options = StreamingOptions(
-                language="en", policy=policy, edge_s=float(edge), step_s=float(step),  # type: ignore[arg-type]
-                word_timestamps=True,
+                language="en", policy="alignatt" if one_pass else policy,  # type: ignore[arg-type]
+                edge_s=float(edge), step_s=float(step), word_timestamps=True,
             )  # fmt: skip
+            replaced = AlignAtt(float(edge), second_reading=False) if one_pass else None
             lags: list[float] = []
             texts: list[str] = []
             passes = 0
             for audio, _ in clips:
-                clip_lags, text, clip_passes = stream_once(transcriber, options, vad, audio)
+                clip_lags, text, clip_passes = stream_once(
+                    transcriber, options, vad, audio, replaced
+                )
                 lags += clip_lags
                 texts.append(text)
                 passes += clip_passes
@@ -131,7 +145,7 @@ def main() -> int:
                 f"{live_wer - file_wer:+.2f}", passes,
             ))  # fmt: skip
             print(rows[-1], flush=True)
-            if args.against_sure is not None and policy == "alignatt":
+            if args.against_sure is not None and policy == "alignatt" and not one_pass:
                 other = AlignAtt(float(edge), sure=args.against_sure)
                 diffs = [
                     wer([ref], [text])[1]

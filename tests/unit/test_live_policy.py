@@ -81,6 +81,7 @@ def test_the_word_before_an_unsettled_one_waits_for_a_second_reading() -> None:
     assert AlignAtt(0.7).commit_count(new, [], audio_end_s=6.7) == 1  # "What"; "you" waits
     assert AlignAtt(0.7).commit_count(new, words("What your"), audio_end_s=6.7) == 1
     assert AlignAtt(0.7).commit_count(new, words("What you are"), audio_end_s=6.7) == 2
+    assert AlignAtt(0.7, second_reading=False).commit_count(new, [], audio_end_s=6.7) == 2
     later = words("your country can do", [5.73, 6.29, 6.63, 6.9])
     assert AlignAtt(0.7).commit_count(later, words("you are"), audio_end_s=7.7) == 2
 

@@ -25,6 +25,7 @@ from app.api.live.stream_options import (
 from app.config import Settings
 from app.service.errors import Rejected
 from app.service.live import FramedPcm, PcmInput, VadOptions
+from app.service.live.bounds import EDGE_S, STEP_S
 from app.service.live.options import LiveDefaults, pcm_rate
 from app.service.live.turns import CANDIDATE_SILENCE_S, TurnRules
 from app.service.models.options import DownloadsDisabledError
@@ -313,6 +314,6 @@ def test_realtime_keywords_languages_delay_and_logprobs_become_the_sessions_opti
     server = options()
     assert (server.step_s, server.edge_s) == (defaults.step_s, defaults.edge_s)
     paces = [(o.step_s, o.edge_s) for d in DELAYS for o in [options(delay=d)]]
-    assert paces[DELAYS.index("medium")] == (1.0, 0.7)  # the shipped defaults
+    assert paces[DELAYS.index("medium")] == (STEP_S.default, EDGE_S.default)  # shipped defaults
     assert paces == sorted(paces) and len(set(paces)) == len(DELAYS)  # later text, surer text
     assert options(logprobs=True).word_timestamps and not options().word_timestamps

@@ -31,15 +31,16 @@ REALTIME_LANGUAGE = "session.audio.input.transcription.language"
 REALTIME_LANGUAGES = "session.audio.input.transcription.languages"
 # Realtime's `delay` (how long text waits to be surer) as the live pace (step_s, edge_s): a pass
 # every step_s of audio; AlignAtt commits a word once the decoder read edge_s past it. medium is
-# the server's shipped default. Measured offline (benchmarks/results/live_delay.md): below it
-# words come sooner and base reads 1.5-2.4 points worse; above it they come later for no gain
-# (an edge of 1.6 s or more, or 1.5 s steps, read worse again: not used)
+# the server's shipped default (0.5 s since the word before an unsettled one waits for a second
+# reading: live_edge.md). Measured offline (live_delay.md, live_edge.md): below it words come
+# sooner and base reads worse; above it they come later for no gain (an edge of 1.6 s or more,
+# or 1.5 s steps, read worse again: not used)
 DELAY_PACE: dict[str, tuple[float, float]] = {
     "minimal": (0.5, 0.4),
-    "low": (0.75, 0.55),
-    "medium": (1.0, 0.7),
-    "high": (1.0, 1.0),
-    "xhigh": (1.0, 1.2),
+    "low": (0.75, 0.45),
+    "medium": (1.0, 0.5),
+    "high": (1.0, 0.7),
+    "xhigh": (1.0, 1.0),
 }
 REALTIME_TURNS = "session.audio.input.turn_detection.type"
 WYOMING_BEAM_SIZE = 1  # voice commands: greedy, as Home Assistant's own Whisper add-on defaults to

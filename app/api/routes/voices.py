@@ -23,10 +23,12 @@ from app.service.voices.registry import Enrolment, VoiceStatus
 
 
 async def voices_on(settings: SettingsDep) -> None:
-    if not settings.voices:
+    """The registry is served: STT_VOICES on, and the speaker models with it (STT_DIARIZATION)."""
+    if not settings.voices or not settings.diarization:
+        off = "STT_VOICES=false" if not settings.voices else "STT_DIARIZATION=false"
         raise Rejected(
             "voices_disabled",
-            "The voice registry is off on this server (STT_VOICES=false)",
+            f"The voice registry is off on this server ({off})",
             kind="forbidden",
         )
 

@@ -40,7 +40,8 @@ class Bound:
 PolicyName = Literal["local_agreement", "alignatt"]  # when a decoded word is committed
 POLICIES: tuple[str, ...] = ("local_agreement", "alignatt")
 STEP_S = Bound(1.0, 0.1, 10.0)  # new audio between two passes
-EDGE_S = Bound(0.7, 0.0, 5.0)  # AlignAtt: attention this far before the buffer's end commits
+# AlignAtt: attention this far before the buffer's end commits (benchmarks/results/live_edge.md)
+EDGE_S = Bound(0.5, 0.0, 5.0)
 PAUSE_S = Bound(0.3, 0.0, 10.0)  # a pause inside speech that commits the words before it; 0 off
 PREROLL_S = Bound(0.3, 0.0, 2.0)  # audio kept before detected speech (prefix_padding_ms)
 SPEECH_THRESHOLD = Bound(VadOptions.threshold, 0.0, 1.0)  # the VAD's speech probability

@@ -126,6 +126,7 @@ class AlignAtt:
 
     edge_s: float = EDGE_S.default
     sure: float = SURE
+    second_reading: bool = True  # the word before an unsettled one waits (False: measured off)
     reads_attention: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -148,7 +149,7 @@ class AlignAtt:
             if word.peak is None or word.peak > limit or (doubts[i] and i >= agreed):
                 count = i
                 break
-        if count > agreed:  # the word before the unsettled one waits for a second reading
+        if self.second_reading and count > agreed:  # the word before the unsettled one waits
             count -= 1
         return whole(new, count)
 
