@@ -1,7 +1,7 @@
 """Live servers for the API tests: real uvicorn processes on loopback ports with models/tiny.en.
 
 `server` (session): default limits. `strict_server` (module, for the limit/auth/queue tests):
-API key, 1 worker and no wait queue, 3 MB uploads, 90 s of audio.
+API key, 1 worker and no wait queue, 3 MB uploads, 90 s of audio, the voice registry on.
 """
 
 from __future__ import annotations
@@ -117,10 +117,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 @pytest.fixture(scope="module")
 def strict_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    folder = tmp_path_factory.mktemp("strict")
     live = start_server(
-        tmp_path_factory.mktemp("strict"),
+        folder,
         "strict",
         STT_API_KEY=STRICT_KEY,
+        STT_VOICES="true",  # its routes behind the key too
+        STT_DATA_DIR=str(folder / "data"),
         STT_WORKERS="1",
         STT_MAX_QUEUE="0",
         STT_MAX_UPLOAD_MB="3",

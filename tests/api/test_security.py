@@ -34,7 +34,7 @@ from tests.conftest import MODELS_DIR
 pytestmark = pytest.mark.timeout(120)
 
 PUBLIC_PATHS = {"/health", "/", "/static/{name}"}
-PATH_VALUES = {"model": "tiny.en", "name": "app.js"}  # for {placeholders} in route paths
+PATH_VALUES = {"model": "tiny.en", "name": "app.js", "voice_id": "voice_0"}  # {placeholders}
 # DELETE /v1/models/{model} unloads: a built model that is not loaded answers 200, changes nothing
 METHOD_PATH_VALUES = {"DELETE": {**PATH_VALUES, "model": "base"}}
 BAD_KEYS = {
@@ -107,9 +107,12 @@ def test_every_http_route_needs_the_key(
 def test_every_http_route_opens_with_the_key(
     strict_server: LiveServer, method: str, path: str
 ) -> None:
-    """The same routes with the key are not 401 (a POST without its form is a 400)."""
+    """The same routes with the key are not 401 (a POST without its form is a 400, a voice id
+    that names none a 404)."""
     r = httpx.request(method, strict_server.url(path), headers=strict_server.auth, timeout=30)
-    assert r.status_code in (200, 400), (r.status_code, r.text[:300])
+    assert r.status_code in (200, 400, 404), (r.status_code, r.text[:300])
+    if r.status_code == 404:
+        assert r.json()["error"]["code"] == "voice_not_found", r.text
 
 
 @pytest.mark.parametrize("path", ["/health", "/", "/static/app.js", "/static/worklet.js"])

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from app.api.auth import require_api_key
 from app.api.deps import PoolDep, SettingsDep, VoicesDep
 from app.api.job_http import read_upload
-from app.api.schemas import ERROR_RESPONSES
+from app.api.schemas import ERROR_RESPONSES, ErrorResponse
 from app.service.errors import Rejected
 from app.service.voices.registry import Enrolment, VoiceStatus
 
@@ -33,6 +33,20 @@ async def voices_on(settings: SettingsDep) -> None:
         )
 
 
+RESPONSES: dict[int | str, dict[str, object]] = {
+    **ERROR_RESPONSES,
+    **{
+        status: {"model": ErrorResponse, "description": description}
+        for status, description in {
+            403: "The voice registry is off (STT_VOICES, STT_DIARIZATION)",
+            404: "No voice with that id",
+            409: "A voice of that name is enrolled already",
+            500: "The registry file is damaged",
+            503: "The registry is locked by another process; see Retry-After",
+            507: "The disk holding the registry is full",
+        }.items()
+    },
+}
 router = APIRouter(
     prefix="/v1",
     tags=["voices"],
@@ -76,7 +90,7 @@ KEEP_AUDIO = "Keep the enrolment audio, so the voice is made again when the spea
 VoiceId = Annotated[str, Path(description="A voice's id (voice_...)")]
 
 
-@router.post("/voices", responses=ERROR_RESPONSES)
+@router.post("/voices", responses=RESPONSES)
 async def enrol_voice(
     registry: VoicesDep,
     pool: PoolDep,
@@ -96,18 +110,18 @@ async def enrol_voice(
     return VoiceObject.of(VoiceStatus(voice, stale=False))
 
 
-@router.get("/voices", responses=ERROR_RESPONSES)
+@router.get("/voices", responses=RESPONSES)
 async def list_voices(registry: VoicesDep) -> VoiceList:
     statuses = await asyncio.to_thread(registry.statuses)
     return VoiceList(data=[VoiceObject.of(s) for s in statuses])
 
 
-@router.get("/voices/{voice_id}", responses=ERROR_RESPONSES)
+@router.get("/voices/{voice_id}", responses=RESPONSES)
 async def retrieve_voice(voice_id: VoiceId, registry: VoicesDep) -> VoiceObject:
     return VoiceObject.of(await asyncio.to_thread(registry.status, voice_id))
 
 
-@router.delete("/voices/{voice_id}", responses=ERROR_RESPONSES)
+@router.delete("/voices/{voice_id}", responses=RESPONSES)
 async def delete_voice(voice_id: VoiceId, registry: VoicesDep) -> VoiceDeleted:
     await asyncio.to_thread(registry.delete, voice_id)
     return VoiceDeleted(id=voice_id)
