@@ -85,17 +85,25 @@ class LiveSpeakers:
         session; none for an item without words."""
         if not words:
             return []
+        turns, labels = self.turns(start_s, end_s)
+        if not turns:  # no speech found: the last voice heard, if any
+            labels = {0: self.book.labels[0]} if self.book.labels else {}
+        return word_runs(words, turns, labels)
+
+    def turns(self, start_s: float, end_s: float) -> tuple[list[Turn], dict[int, str]]:
+        """The speaker turns of the stream's audio from `start_s` to `end_s` (stream seconds,
+        with `TAIL_S` after) and the session label of each turn's speaker; the book learns
+        them."""
         diarizer = self._diarizer.get()
         if self._voices is None:
             self._voices = tuple(self._known())
         audio, offset = self._tape.between(start_s, end_s + TAIL_S)
         found = diarizer(audio, SpeakerHints()) if len(audio) else None
         if found is None or not found.turns:
-            labels = [self.book.labels[0]] if self.book.labels else []
-            return word_runs(words, (), dict(enumerate(labels)))
+            return [], {}
         turns = [Turn(t.start + offset, t.end + offset, t.speaker) for t in found.turns]
         seconds = [0.0] * len(found.centroids)
         for turn in found.turns:
             seconds[turn.speaker] += turn.end - turn.start
         self.book, labels = self.book.assigned(found.centroids, seconds, self._voices)
-        return word_runs(words, turns, dict(enumerate(labels)))
+        return turns, dict(enumerate(labels))
