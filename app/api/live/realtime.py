@@ -24,6 +24,10 @@ extension, for the page at `/` and clients that ask with `?partials=true`:
 `conversation.item.input_audio_transcription.partial {item_id, text}`, the words after the
 deltas that may still change (each replaces the previous one).
 
+With the model `gpt-4o-transcribe-diarize` (or the extension `transcription.speakers: true`),
+each completed item's speaker runs follow as `conversation.item.input_audio_transcription.segment`
+(labels that hold for the session, or enrolled voices' names: `realtime_speakers`).
+
 A client secret (`POST /v1/realtime/client_secrets`, `app.api.live.client_secrets`) opens a
 session with the settings it was made with, in place of the server's key.
 

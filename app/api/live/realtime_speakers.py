@@ -6,6 +6,7 @@ completed; labels hold for the whole session (`app.service.diarize.live`)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -19,6 +20,8 @@ from app.service.diarize.job import LazyDiarizer
 from app.service.diarize.live import LiveSpeakers
 from app.service.errors import Rejected
 from app.service.transcription.results import Word
+
+log = logging.getLogger(__name__)
 
 
 class SegmentSender:
@@ -54,6 +57,9 @@ class SegmentSender:
                 runs = await asyncio.to_thread(self.speakers.item, start_s, end_s, words)
             except Rejected as e:  # the speaker models are not built: said for the item
                 self._put(self._error_event(e))
+                return
+            except Exception:  # the transcript stands: its speakers are missing, logged
+                log.exception("the speakers of item %s failed", item_id)
                 return
             for n, run in enumerate(runs):
                 self._put(TranscriptionSegment(
