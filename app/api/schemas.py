@@ -322,15 +322,20 @@ class Health(BaseModel):
     queued: int
 
 
-ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
-    status: {"model": ErrorResponse, "description": description}
-    for status, description in {
-        400: "Missing or invalid parameter",
-        401: "Missing or wrong API key",
-        404: "Unknown model",
-        413: "Upload too large or audio too long",
-        415: "Audio that cannot be decoded",
-        429: "Queue full; see Retry-After",
-        503: "Models still loading",
-    }.items()
-}
+def error_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, object]]:
+    """OpenAPI `responses` of error statuses, each OpenAI's error shape."""
+    return {
+        status: {"model": ErrorResponse, "description": description}
+        for status, description in descriptions.items()
+    }
+
+
+ERROR_RESPONSES = error_responses({
+    400: "Missing or invalid parameter",
+    401: "Missing or wrong API key",
+    404: "Unknown model",
+    413: "Upload too large or audio too long",
+    415: "Audio that cannot be decoded",
+    429: "Queue full; see Retry-After",
+    503: "Models still loading",
+})  # fmt: skip

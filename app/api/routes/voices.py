@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from app.api.auth import require_api_key
 from app.api.deps import PoolDep, SettingsDep, VoicesDep
 from app.api.job_http import read_upload
-from app.api.schemas import ERROR_RESPONSES, ErrorResponse
+from app.api.schemas import ERROR_RESPONSES, error_responses
 from app.service.errors import Rejected
 from app.service.voices.registry import Enrolment, VoiceStatus
 
@@ -33,20 +33,14 @@ async def voices_on(settings: SettingsDep) -> None:
         )
 
 
-RESPONSES: dict[int | str, dict[str, object]] = {
-    **ERROR_RESPONSES,
-    **{
-        status: {"model": ErrorResponse, "description": description}
-        for status, description in {
-            403: "The voice registry is off (STT_VOICES, STT_DIARIZATION)",
-            404: "No voice with that id",
-            409: "A voice of that name is enrolled already",
-            500: "The registry file is damaged",
-            503: "The registry is locked by another process; see Retry-After",
-            507: "The disk holding the registry is full",
-        }.items()
-    },
-}
+RESPONSES = ERROR_RESPONSES | error_responses({
+    403: "The voice registry is off (STT_VOICES, STT_DIARIZATION)",
+    404: "No voice with that id",
+    409: "A voice of that name is enrolled already",
+    500: "The registry file is damaged",
+    503: "The registry is locked by another process; see Retry-After",
+    507: "The disk holding the registry is full",
+})  # fmt: skip
 router = APIRouter(
     prefix="/v1",
     tags=["voices"],
