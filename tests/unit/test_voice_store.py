@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.service.diarize.activity import Turn
+from app.service.diarize.activity import Turn, speech_seconds
 from app.service.errors import Rejected
 from app.service.voices.registry import (
     _part,
     check_one_speaker,
-    speech_per_speaker,
     voice_name,
 )
 from app.service.voices.store import VoiceStore, _failure
@@ -106,9 +105,9 @@ def test_an_enrolment_holds_one_speaker(speech: list[float], refused: str | None
     assert refused in caught.value.message and caught.value.param == "file"
 
 
-def test_speech_is_summed_per_speaker_most_first() -> None:
+def test_speech_is_summed_per_speaker() -> None:
     turns = [Turn(0.0, 1.0, 1), Turn(1.0, 4.0, 0), Turn(4.5, 5.0, 1)]
-    assert speech_per_speaker(turns) == [3.0, 1.5]
+    assert speech_seconds(turns, 3) == [3.0, 1.5, 0.0]
 
 
 def test_a_segment_of_the_clip_is_taken_and_outside_it_refused() -> None:

@@ -10,6 +10,7 @@ loop keeps memory at one window's slice beside the global `[frames, clusters]` r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,14 @@ class Turn:
     start: float
     end: float
     speaker: int
+
+
+def speech_seconds(turns: Sequence[Turn], speakers: int) -> list[float]:
+    """Seconds of speech of each of `speakers` speakers (by index) in `turns`."""
+    seconds = [0.0] * speakers
+    for turn in turns:
+        seconds[turn.speaker] += turn.end - turn.start
+    return seconds
 
 
 def global_frames(starts: np.ndarray, frames_per_window: int, grid: FrameGrid) -> int:

@@ -18,7 +18,7 @@ import numpy as np
 
 from app.engine.words import Word
 from app.runtime.contract import SAMPLE_RATE
-from app.service.diarize.activity import Turn
+from app.service.diarize.activity import Turn, speech_seconds
 from app.service.diarize.attribution import SpeakerSegment, word_runs
 from app.service.diarize.book import SpeakerBook
 from app.service.diarize.clustering import SpeakerHints
@@ -86,9 +86,7 @@ class LiveSpeakers:
         if not words:
             return []
         turns, labels = self.turns(start_s, end_s)
-        if not turns:  # no speech found: the last voice heard, if any
-            labels = {0: self.book.labels[0]} if self.book.labels else {}
-        return word_runs(words, turns, labels)
+        return word_runs(words, turns, labels)  # no turn found: `A`, as for an upload
 
     def turns(self, start_s: float, end_s: float) -> tuple[list[Turn], dict[int, str]]:
         """The speaker turns of the stream's audio from `start_s` to `end_s` (stream seconds,
@@ -102,8 +100,6 @@ class LiveSpeakers:
         if found is None or not found.turns:
             return [], {}
         turns = [Turn(t.start + offset, t.end + offset, t.speaker) for t in found.turns]
-        seconds = [0.0] * len(found.centroids)
-        for turn in found.turns:
-            seconds[turn.speaker] += turn.end - turn.start
+        seconds = speech_seconds(found.turns, len(found.centroids))
         self.book, labels = self.book.assigned(found.centroids, seconds, self._voices)
         return turns, dict(enumerate(labels))

@@ -28,6 +28,7 @@ from app.engine.audio import decode_audio
 from app.engine.speakers import TooLittleSpeech
 from app.runtime.contract import SAMPLE_RATE
 from app.runtime.speaker_contract import EMBEDDING_FILE, FOLDER
+from app.service.diarize.activity import speech_seconds
 from app.service.diarize.clustering import SpeakerHints
 from app.service.diarize.job import LazyDiarizer, lasting
 from app.service.errors import Rejected
@@ -83,7 +84,8 @@ class VoiceRegistry:
         clip = _part(decode_audio(enrolment.audio, SAMPLE_RATE), enrolment.start, enrolment.end)
         lasting(clip, ENROL_S, "The enrolment audio", "file")
         diarizer = self.diarizer.get()
-        speech = speech_per_speaker(diarizer(clip, SpeakerHints()).turns)
+        found = diarizer(clip, SpeakerHints())
+        speech = sorted(speech_seconds(found.turns, len(found.centroids)), reverse=True)
         check_one_speaker(speech)
         try:
             embedding = diarizer.reference(clip)
@@ -161,14 +163,6 @@ def voice_name(name: str) -> str:
             "invalid_value", f"A voice's name must hold 1 to {MAX_NAME} characters", param="name"
         )
     return cleaned
-
-
-def speech_per_speaker(turns: Sequence) -> list[float]:
-    """Seconds of speech of each speaker the diarizer found, most first."""
-    seconds: dict[int, float] = {}
-    for turn in turns:
-        seconds[turn.speaker] = seconds.get(turn.speaker, 0.0) + turn.end - turn.start
-    return sorted(seconds.values(), reverse=True)
 
 
 def check_one_speaker(speech: Sequence[float]) -> None:
