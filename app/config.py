@@ -249,6 +249,12 @@ class Settings(BaseSettings):
         "before audio-stop; Home Assistant runs no VAD of its own. false = Home Assistant's VAD "
         "ends the command (audio-stop).",
     )
+    wyoming_speakers: bool = Field(
+        default=False,
+        description="Wyoming: who said each command, in the transcript's context (`speaker`: an "
+        "enrolled voice's name with STT_VOICES, else a label A, B, ... that holds for the "
+        "connection). Needs STT_DIARIZATION; the speaker models run beside the transcript's pass.",
+    )
     wyoming_zeroconf: str = Field(
         default="stt-openvino",
         max_length=63,
@@ -290,6 +296,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"STT_DEFAULT_MODEL={self.default_model!r} is not one of STT_MODELS={self.models}"
             )
+        if self.wyoming_speakers and not self.diarization:
+            raise ValueError("STT_WYOMING_SPEAKERS needs STT_DIARIZATION (the speaker models)")
         if 0 < self.max_loaded_models < len(self.models):
             raise ValueError(
                 f"STT_MAX_LOADED_MODELS={self.max_loaded_models} is less than the "

@@ -519,6 +519,14 @@ def write(path: Path, lines: Sequence[str]) -> None:
     print(f"-> {path}", file=sys.stderr)
 
 
+def report(path: Path | None, lines: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """The report printed, and with `path` written beside its rows as JSON (`.json`)."""
+    print("\n".join(lines))
+    if path is not None:
+        path.write_text("\n".join(lines) + "\n")
+        path.with_suffix(".json").write_text(json.dumps(rows) + "\n")
+
+
 def rss_mb(pid: int) -> tuple[float, float]:
     """(current RSS, peak RSS) of a process in MB (VmRSS / VmHWM)."""
     values = {}

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from app.service.diarize.clustering import SpeakerHints
 from app.service.diarize.job import SPEAKER_THREADS, LazyDiarizer
 from app.service.diarize.live import LiveSpeakers
 from benchmarks import wer_paired
-from benchmarks.common import MODELS_DIR, header, load1, table
+from benchmarks.common import MODELS_DIR, header, load1, report, table
 
 RATE = 16000
 PAD_S = 0.3
@@ -182,10 +181,7 @@ def main() -> None:
             f"{int(r[:, 3].sum())}/{len(r)}; enrolled named {r[:, 4].mean():.3f}, a stranger "
             f"named {int(r[:, 5].sum())}/{len(r)}"
         )
-    print("\n".join(lines))
-    if args.out:
-        args.out.write_text("\n".join(lines) + "\n")
-        args.out.with_suffix(".json").write_text(json.dumps(rows) + "\n")
+    report(args.out, lines, rows)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ another of 1089's utterances.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import httpx
@@ -24,6 +25,7 @@ from tests.api.conftest import (
     stop_server,
 )
 from tests.api.subtitles import parse_vtt
+from tests.api.test_stream_ws import stream_audio, ws_url
 from tests.conftest import AUDIO
 from tests.conversation import GAP_S, RATE, Conversation, read_clip, two_speakers, wav_bytes
 
@@ -189,6 +191,9 @@ def test_diarization_off_refuses_speakers_naming_the_setting_and_loads_no_models
             error = assert_openai_error(_post(off, {}, **fields), 403, param)
             assert "STT_DIARIZATION=false" in error["message"]
             assert error["code"] == "diarization_disabled"
+        live = asyncio.run(stream_audio(ws_url(off), b"", session={"speakers": True}))
+        [error] = [e["error"] for e in live.of("error")]
+        assert (error["param"], error["code"]) == ("session.speakers", "diarization_disabled")
         plain = _post(off, {}, response_format="json")
         assert plain.status_code == 200 and "country" in plain.json()["text"]
         assert "segmentation.onnx" not in off.log_path.read_text()  # logged by every load

@@ -108,6 +108,14 @@ def test_speaker_models_run_on_the_diarization_device(clean_env: pytest.MonkeyPa
     assert runtime_options(settings).device == "CPU"
 
 
+def test_wyoming_speakers_need_the_speaker_models(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("STT_WYOMING_SPEAKERS", "true")
+    assert Settings().wyoming_speakers
+    clean_env.setenv("STT_DIARIZATION", "false")
+    with pytest.raises(ValidationError, match="STT_WYOMING_SPEAKERS needs STT_DIARIZATION"):
+        Settings()
+
+
 def test_batching_settings_reach_the_models(clean_env: pytest.MonkeyPatch) -> None:
     from app.main import build_models
 

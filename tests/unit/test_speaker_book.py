@@ -88,6 +88,8 @@ def test_the_tape_keeps_the_last_seconds_by_stream_time() -> None:
     older, start = tape.between(0.0, 3.5)  # before the kept audio: what is left of it
     assert start == 3.0 and len(older) == 8000
     assert len(tape.between(6.0, 7.0)[0]) == 0
+    across, start = tape.between(3.75, 4.5)  # across chunks: the end of one, the next's start
+    assert start == 3.75 and list(np.unique(across, return_counts=True)[1]) == [4000, 8000]
 
 
 def test_too_little_speech_is_no_new_speaker() -> None:

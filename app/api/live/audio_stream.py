@@ -11,7 +11,10 @@ Client -> server:
 Server -> client: `session.created` / `session.updated` {session}, `transcript.text.partial`
 {text} (the unstable tail; replaces the previous partial), `transcript.text.delta`
 {delta, start, end} (committed, append-only; seconds of stream time), `transcript.segment`
-{segment}, `transcript.text.done` {text}, `error` {error} (OpenAI's error object).
+{segment}, `transcript.text.done` {text}, `error` {error} (OpenAI's error object). With
+`"speakers": true` (and STT_DIARIZATION on): after each `transcript.segment`, `transcript.speakers`
+{segment_id, speakers: [{speaker, start, end, text}]}, its runs of one speaker, labelled `A`, `B`,
+... for the whole session or named by an enrolled voice (`speakers.py`).
 
 Bad messages (invalid JSON, unknown type, audio that is not whole samples, base64 that does not
 decode, options that do not apply) get an `error` event and the session goes on; limits and
@@ -39,8 +42,10 @@ from app.api.live.connection import (
     load_json_event,
     serve,
 )
+from app.api.live.speakers import SpeakerSender, diarization_refusal, speaker_sender
 from app.api.live.stream_options import audio_stream_options
 from app.api.schemas import ErrorEvent, ErrorObject, LanguageJSON, TextDeltaEvent, TextDoneEvent
+from app.service.diarize.attribution import SpeakerSegment
 from app.service.errors import Rejected
 from app.service.live import (
     AudioDecodeError,
@@ -52,6 +57,7 @@ from app.service.live import (
 )
 
 router = APIRouter(tags=["streaming"])
+SPEAKERS_PARAM = "session.speakers"
 
 
 # ---- wire events (server -> client) -------------------------------------------------------
@@ -75,6 +81,26 @@ class SegmentJSON(BaseModel):
 class SegmentEvent(BaseModel):
     type: Literal["transcript.segment"] = "transcript.segment"
     segment: SegmentJSON
+
+
+class SpeakerRunJSON(BaseModel):
+    speaker: str
+    start: float
+    end: float
+    text: str
+
+
+class SpeakersEvent(BaseModel):
+    type: Literal["transcript.speakers"] = "transcript.speakers"
+    segment_id: int
+    speakers: list[SpeakerRunJSON]
+
+
+def speakers_events(segment_id: str, runs: list[SpeakerSegment]) -> list[BaseModel]:
+    """A segment's runs of one speaker as its `transcript.speakers` event."""
+    speakers = [SpeakerRunJSON(speaker=r.speaker, start=r.start, end=r.end, text=r.text)
+                for r in runs]  # fmt: skip
+    return [SpeakersEvent(segment_id=int(segment_id), speakers=speakers)] if runs else []
 
 
 def error_event(error: Rejected) -> ErrorEvent:
@@ -158,6 +184,7 @@ class AudioStreamConnection(LiveConnection):
     def __init__(self, websocket: WebSocket, deps: LiveDeps) -> None:
         super().__init__(websocket, deps)
         self.config = StreamConfig.default(deps.models.get(None), deps.defaults)
+        self.speakers: SpeakerSender | None = None  # with config.speakers
 
     def session_json(self) -> dict[str, Any]:
         return self.config.as_json(self.settings.stream_step_s)
@@ -177,9 +204,11 @@ class AudioStreamConnection(LiveConnection):
                 self.outbox.put(PartialEvent(text=text), replaceable=True)
             case CommittedText(text=text, start=start, end=end):
                 self.outbox.put(TextDeltaEvent(delta=text, start=start, end=end))
-            case StreamSegment(id=id_, start=start, end=end, text=text):
+            case StreamSegment(id=id_, start=start, end=end, text=text, words=words):
                 segment = SegmentJSON(id=id_, start=start, end=end, text=text)
                 self.outbox.put(SegmentEvent(segment=segment))
+                if self.speakers is not None:
+                    self.speakers.item(str(id_), start, end, words)
 
     async def handle(self, message: dict[str, Any]) -> bool:
         match parse_client_message(message, self.max_frame):
@@ -190,7 +219,11 @@ class AudioStreamConnection(LiveConnection):
                     raise Rejected("session_started",
                                    "session.update must come before the first audio",
                                    param="session")  # fmt: skip
-                self.config = apply_update(self.config, patch, self.deps.models)
+                config = apply_update(self.config, patch, self.deps.models)
+                refusal = diarization_refusal(self.settings, self.deps.diarizer, SPEAKERS_PARAM)
+                if config.speakers and refusal is not None:
+                    raise refusal
+                self.config = config
                 self.outbox.put(SessionEvent(type="session.updated", session=self.session_json()))
             case BufferCommit():
                 if self.runner is not None:
@@ -205,14 +238,22 @@ class AudioStreamConnection(LiveConnection):
             pcm = PcmInput(config.encoding, config.sample_rate)
             options = audio_stream_options(config, self.deps.defaults)
             self.start_runner(config.model, options, pcm)
+            if config.speakers:
+                put = self.outbox.put
+                self.speakers = speaker_sender(self.deps, speakers_events, put, self.say)
         assert self.runner is not None
         try:
-            self.runner.append(data)
+            samples = self.runner.convert(data)
         except AudioDecodeError as e:
             raise Rejected("invalid_audio", f"audio frame dropped: {e}") from e
+        self.runner.feed(samples)
+        if self.speakers is not None:
+            self.speakers.hear(samples)
 
     async def finish(self) -> None:
         text = await self.close_runner()
+        if self.speakers is not None:
+            await self.speakers.drain()  # the last segments' speakers before the text's end
         language = self.runner.language if self.runner is not None else None
         self.outbox.put(TextDoneEvent(text=text, languages=LanguageJSON.listed(language)))
 

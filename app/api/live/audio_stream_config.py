@@ -1,11 +1,11 @@
 """The session configuration of `/v1/audio/stream` and how `session.update` changes it.
 
 `session.update {"session": {"model", "language", "task", "sample_rate", "encoding", "prompt",
-"vad", "word_timestamps"}}`, before the first audio. Defaults: the default model, language
-detected (English for English-only models), 16000 Hz, `pcm_s16le`, the server's default VAD, word
-times estimated. `vad` is `true`/`false` or `{"threshold", "silence_duration_ms",
-"prefix_padding_ms"}`. An update is applied whole or not at all (`Rejected`). The session's
-options are built from it by `stream_options.audio_stream_options`.
+"vad", "word_timestamps", "speakers"}}`, before the first audio. Defaults: the default model,
+language detected (English for English-only models), 16000 Hz, `pcm_s16le`, the server's default
+VAD, word times estimated, no speakers. `vad` is `true`/`false` or `{"threshold",
+"silence_duration_ms", "prefix_padding_ms"}`. An update is applied whole or not at all
+(`Rejected`). The session's options are built from it by `stream_options.audio_stream_options`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from app.service.models.loaded import LoadedModel
 from app.service.transcription.options import model_language, model_task
 
 FIELDS = ("model", "language", "task", "sample_rate", "encoding", "prompt", "vad",
-          "word_timestamps")  # fmt: skip
+          "word_timestamps", "speakers")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class StreamConfig:
     vad: VadOptions | None = None
     preroll_s: float = StreamingOptions().preroll_s
     word_timestamps: bool = False
+    speakers: bool = False  # each closed segment's speakers (`transcript.speakers`)
 
     @classmethod
     def default(cls, model: LoadedModel, defaults: LiveDefaults) -> StreamConfig:
@@ -51,6 +52,7 @@ class StreamConfig:
             "prompt": self.prompt,
             "vad": self.vad is not None,
             "word_timestamps": self.word_timestamps,
+            "speakers": self.speakers,
             "step_s": step_s,
         }
 
@@ -95,11 +97,12 @@ def apply_update(config: StreamConfig, patch: Any, models: SessionModels) -> Str
         if prompt is not None and not isinstance(prompt, str):
             raise Rejected("invalid_value", "prompt must be a string", param="session.prompt")
         changes["prompt"] = prompt or None
-    if "word_timestamps" in patch:
-        if not isinstance(patch["word_timestamps"], bool):
-            raise Rejected("invalid_value", "word_timestamps must be true or false",
-                           param="session.word_timestamps")  # fmt: skip
-        changes["word_timestamps"] = patch["word_timestamps"]
+    for flag in ("word_timestamps", "speakers"):
+        if flag in patch:
+            if not isinstance(patch[flag], bool):
+                raise Rejected("invalid_value", f"{flag} must be true or false",
+                               param=f"session.{flag}")  # fmt: skip
+            changes[flag] = patch[flag]
     if "vad" in patch:
         changes["vad"], changes["preroll_s"] = _vad_setting(
             patch["vad"], config.vad, config.preroll_s, models

@@ -228,6 +228,10 @@ class LiveConnection(ABC):
     def describe(self) -> str:
         return ""
 
+    def say(self, error: Rejected) -> None:
+        """An error the session goes on after (its `error` event)."""
+        self.outbox.put(self.error_event(error))
+
     def failed(self, error: Rejected) -> None:
         """The session ends on `error` (sent next): say which of its results will not come.
         Nothing by default (the own protocol's `transcript.text.done` never comes either)."""

@@ -26,7 +26,7 @@ deltas that may still change (each replaces the previous one).
 
 With the model `gpt-4o-transcribe-diarize` (or the extension `transcription.speakers: true`),
 each completed item's speaker runs follow as `conversation.item.input_audio_transcription.segment`
-(labels that hold for the session, or enrolled voices' names: `realtime_speakers`).
+(labels that hold for the session, or enrolled voices' names: `speakers`).
 
 A client secret (`POST /v1/realtime/client_secrets`, `app.api.live.client_secrets`) opens a
 session with the settings it was made with, in place of the server's key.
@@ -99,7 +99,12 @@ from app.api.live.realtime_events import (
     new_session_id,
     parse_client_event,
 )
-from app.api.live.realtime_speakers import SegmentSender, diarization_refusal, segment_sender
+from app.api.live.speakers import (
+    SpeakerSender,
+    diarization_refusal,
+    realtime_segments,
+    speaker_sender,
+)
 from app.api.live.stream_options import realtime_default, realtime_options
 from app.api.schemas import LanguageJSON, LogprobJSON
 from app.service.errors import Rejected
@@ -165,7 +170,7 @@ class RealtimeConnection(LiveConnection):
         self.mark_s = 0.0  # stream seconds of the last commit or clear: where an item begins
         self.quiet_from_s: float | None = 0.0  # where the VAD's silence began; None: speech
         self.partials = websocket.query_params.get("partials", "").lower() in ("1", "true")
-        self.speakers: SegmentSender | None = None  # with config.diarize: who is who, kept
+        self.speakers: SpeakerSender | None = None  # with config.diarize: who is who, kept
 
     # ---- configuration ------------------------------------------------------------------
     def session_object(self) -> dict[str, Any]:
@@ -205,7 +210,9 @@ class RealtimeConnection(LiveConnection):
 
     def _resolve(self, config: RealtimeConfig) -> tuple[LoadedModel, StreamingOptions]:
         """The loaded model `config` names and the session's options on it."""
-        if config.diarize and (refusal := diarization_refusal(self.settings, self.deps.diarizer)):
+        if config.diarize and (
+            refusal := diarization_refusal(self.settings, self.deps.diarizer, MODEL_PARAM)
+        ):
             raise refusal
         try:
             model = self.deps.models.get(config.model)
@@ -213,12 +220,12 @@ class RealtimeConnection(LiveConnection):
             raise Rejected(e.code, e.message, param=MODEL_PARAM, kind=e.kind) from e
         return model, realtime_options(config, model, self.deps.defaults)
 
-    def _live_speakers(self) -> SegmentSender | None:
+    def _live_speakers(self) -> SpeakerSender | None:
         """The session's speakers while it asks for them (kept across runners)."""
         if not self.config.diarize:
             return None
         if self.speakers is None:
-            return segment_sender(self.deps, self.outbox.put, error_event)
+            return speaker_sender(self.deps, realtime_segments, self.outbox.put, self.say)
         self.speakers.new_stream()
         return self.speakers
 

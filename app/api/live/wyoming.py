@@ -12,10 +12,15 @@ One connection at a time per client, events framed by the `wyoming` package:
                                   -> transcript-start {language}
     audio-chunk ... (PCM)         -> transcript-chunk {text} as words are committed, while the
                                      person speaks (the live-session core the WebSocket uses)
-    (the end of the turn)         -> transcript {text, language}, transcript-stop: with
-                                     STT_WYOMING_ENDPOINTING (default on, with the VAD model)
-    audio-stop                    -> transcript {text, language}, transcript-stop, unless the
-                                     end of the turn answered already
+    (the end of the turn)         -> transcript {text, language[, context]}, transcript-stop:
+                                     with STT_WYOMING_ENDPOINTING (default on, with the VAD
+                                     model)
+    audio-stop                    -> transcript {text, language[, context]}, transcript-stop,
+                                     unless the end of the turn answered already
+
+With STT_WYOMING_SPEAKERS the transcript's context says who said the command: `{"speaker":
+name}`, an enrolled voice's name (STT_VOICES) or a label `A`, `B`, ... that holds for the
+connection (`speakers.py`); the speaker models run beside the transcript's pass.
 
 Endpointing: the server tells Home Assistant it needs no external VAD
 (`requires_external_vad: false`), hears where the command ends (the live session's end of
@@ -62,6 +67,7 @@ from wyoming.server import AsyncTcpServer
 
 from app.api.discovery import WyomingAnnouncement
 from app.api.live.connection import LiveDeps
+from app.api.live.speakers import SpeakerSender, speaker_sender
 from app.api.live.stream_options import wyoming_options, wyoming_sensitivity
 from app.api.live.wyoming_framing import BoundedReader, close_gently
 from app.api.services import Services
@@ -162,6 +168,7 @@ class SttHandler:
         self.language: str | None = None
         self.sensitivity = "default"  # transcribe's vad_sensitivity (endpointing)
         self.current: _InFlight | None = None
+        self.speakers: SpeakerSender | None = None  # STT_WYOMING_SPEAKERS: the connection's
         self.outbox: Outbox[Event] = Outbox()
         self._sender = asyncio.create_task(self._send(), name="wyoming-sender")
 
@@ -278,8 +285,8 @@ class SttHandler:
             pcm = FramedPcm(start.rate, start.width, start.channels)
         except ValueError as e:
             raise Rejected("unsupported_audio", f"unsupported audio: {e}") from e
-        host = self.services.live
-        deps = LiveDeps(self.services.settings, host, host.admit())
+        host, services = self.services.live, self.services
+        deps = LiveDeps(services.settings, host, host.admit(), services.diarizer, services.voices)
         endpoint = self.sensitivity if self._endpointing else None
         try:
             model = self._model(deps.models, self.model_name)
@@ -292,6 +299,8 @@ class SttHandler:
         )
         utterance = Utterance(runner, model, host.pool, job, FINAL_PASS_MAX_S)
         self.current = _InFlight(deps, pcm, utterance, endpoint is not None)
+        if self.speakers is None and deps.settings.wyoming_speakers and deps.diarizer is not None:
+            self.speakers = speaker_sender(deps, lambda *_: [], self.outbox.put, self._error)
         self.outbox.put(TranscriptStart(language=job.options.language or None).event())
 
     def _chunk(self, chunk: AudioChunk) -> None:
@@ -323,9 +332,13 @@ class SttHandler:
 
     async def _answer(self, current: _InFlight) -> None:
         """The command ended (its end of turn, or audio-stop): transcript, transcript-stop."""
+        audio = current.utterance.recording() if self.speakers is not None else None
+        who = None if audio is None else asyncio.ensure_future(self.speakers.speaker(audio))
         text, language = await current.utterance.finish()
+        speaker = None if who is None else await who
+        context = {"speaker": speaker} if speaker else None
         await self.outbox.wait_sent(self._sender)  # every transcript-chunk before the transcript
-        self.outbox.put(Transcript(text=text, language=language).event())
+        self.outbox.put(Transcript(text=text, language=language, context=context).event())
         self.outbox.put(TranscriptStop().event())
 
     async def _answer_at_end(self, current: _InFlight) -> None:

@@ -50,12 +50,16 @@ class AudioTape:
     def between(self, start_s: float, end_s: float) -> tuple[np.ndarray, float]:
         """The kept audio in [start_s, end_s) and the stream second it starts at."""
         with self._lock:
-            whole = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.float32)
             first = max(round(start_s * SAMPLE_RATE), self._start)
             last = min(round(end_s * SAMPLE_RATE), self._end)
             if last <= first:
                 return np.zeros(0, np.float32), start_s
-            return whole[first - self._start : last - self._start], first / SAMPLE_RATE
+            pieces, at = [], self._start  # only the chunks that overlap [first, last)
+            for chunk in self._chunks:
+                if at + len(chunk) > first and at < last:
+                    pieces.append(chunk[max(first - at, 0) : last - at])
+                at += len(chunk)
+            return np.concatenate(pieces), first / SAMPLE_RATE
 
 
 Known = Callable[[], Sequence[tuple[str, np.ndarray]]]
@@ -92,14 +96,29 @@ class LiveSpeakers:
         """The speaker turns of the stream's audio from `start_s` to `end_s` (stream seconds,
         with `TAIL_S` after) and the session label of each turn's speaker; the book learns
         them."""
+        audio, offset = self._tape.between(start_s, end_s + TAIL_S)
+        turns, labels, _ = self._heard(audio, offset)
+        return turns, labels
+
+    def speaker(self, audio: np.ndarray) -> str | None:
+        """Who said a whole utterance (16 kHz; a voice command): the session label, or the
+        enrolled name, of whoever speaks longest in it; None when no speech is found. The book
+        learns its speakers."""
+        _, labels, seconds = self._heard(audio, 0.0)
+        return labels[max(labels, key=lambda k: seconds[k])] if labels else None
+
+    def _heard(
+        self, audio: np.ndarray, offset: float
+    ) -> tuple[list[Turn], dict[int, str], list[float]]:
+        """`audio`'s speaker turns (shifted by `offset` seconds), each speaker's session label
+        and seconds of speech; the book learns them."""
         diarizer = self._diarizer.get()
         if self._voices is None:
             self._voices = tuple(self._known())
-        audio, offset = self._tape.between(start_s, end_s + TAIL_S)
         found = diarizer(audio, SpeakerHints()) if len(audio) else None
         if found is None or not found.turns:
-            return [], {}
+            return [], {}, []
         turns = [Turn(t.start + offset, t.end + offset, t.speaker) for t in found.turns]
         seconds = speech_seconds(found.turns, len(found.centroids))
         self.book, labels = self.book.assigned(found.centroids, seconds, self._voices)
-        return turns, dict(enumerate(labels))
+        return turns, dict(enumerate(labels)), seconds

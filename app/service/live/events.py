@@ -30,12 +30,13 @@ class CommittedText:
 
 @dataclass(frozen=True)
 class StreamSegment:
-    """A closed stretch of committed text."""
+    """A closed stretch of committed text, and its words."""
 
     id: int
     start: float
     end: float
     text: str
+    words: tuple[Word, ...] = ()
 
 
 @dataclass(frozen=True)

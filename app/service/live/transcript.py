@@ -60,7 +60,7 @@ class Transcript:
         text = "".join(w.word for w in words).strip()
         start = round(words[0].start, 3)
         end = round(max(words[-1].end, words[0].start), 3)
-        self.on_event(StreamSegment(self._segment_id, start, end, text))
+        self.on_event(StreamSegment(self._segment_id, start, end, text, tuple(words)))
         self._segment_id += 1
         self._segment_words = []
 

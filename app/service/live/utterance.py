@@ -112,6 +112,10 @@ class Utterance:
             audio = self._audio()
             self._early = _Early(asyncio.ensure_future(self._whole(audio)), audio.shape[0])
 
+    def recording(self) -> np.ndarray | None:
+        """The utterance's audio so far (f32 16 kHz); None once it was too long to hold."""
+        return None if self._recorded is None else self._audio()
+
     async def finish(self) -> tuple[str, str | None]:
         """The client stopped: the transcript's text and language. The whole utterance's
         transcription; the live session's text when it was too long to hold."""
