@@ -12,6 +12,7 @@ under the best one-to-one mapping of labels to readers over the whole session (a
 changes its person, or an extra label, costs time), and the number of labels. Enrolled: every
 reader but the last chosen is enrolled from a fourth clip of theirs; the share of the enrolled
 readers' time named right, and whether the unenrolled reader was ever given an enrolled name.
+The same enrolled readers named by the upload pipeline (as a request's known speakers).
 Compute only (no server): the time per item is the speaker models' cost of a live item.
 
     .venv/bin/python -m benchmarks.live_speakers --seeds 1,2,3 \
@@ -96,10 +97,31 @@ def live_labels(
     return out, spent / len(talk.spans)
 
 
-def upload_labels(diarizer: LazyDiarizer, talk: Conversation) -> list[dict[str, float]]:
-    found = diarizer.get()(talk.audio, SpeakerHints())
-    labels = {k: f"S{k}" for k in range(len(found.centroids))}
+def upload_labels(
+    diarizer: LazyDiarizer, talk: Conversation, known: list[tuple[str, np.ndarray]]
+) -> list[dict[str, float]]:
+    """Per utterance, seconds of each label the upload pipeline gave it (the names of `known`
+    as a request's known speakers are given)."""
+    model = diarizer.get()
+    found = model(talk.audio, SpeakerHints())
+    labels = found.labels(known, model.options.known_threshold)
     return [_seconds(found.turns, labels, start, end) for start, end, _ in talk.spans]
+
+
+def named(
+    talk: Conversation, said: list[dict[str, float]], people: list[str]
+) -> tuple[float, bool]:
+    """With every reader but the last enrolled: the share of the enrolled readers' time named
+    right, and whether the last one was ever given an enrolled name."""
+    truth = [reader for _, _, reader in talk.spans]
+    durations = [end - start for start, end, _ in talk.spans]
+    guess = [max(s, key=s.get) if s else "" for s in said]
+    enrolled_time = sum(d for t, d in zip(truth, durations, strict=True) if t != people[-1])
+    right = sum(d for g, t, d in zip(guess, truth, durations, strict=True)
+                if t != people[-1] and g == t) / enrolled_time  # fmt: skip
+    stranger = any(g in people[:-1] for g, t in zip(guess, truth, strict=True)
+                   if t == people[-1])  # fmt: skip
+    return right, stranger
 
 
 def _seconds(turns, labels: dict[int, str], start: float, end: float) -> dict[str, float]:
@@ -146,31 +168,26 @@ def main() -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             talk = conversation(pool, count, seed)
             live, per_item = live_labels(diarizer, talk, [])
-            upload = upload_labels(diarizer, talk)
+            upload = upload_labels(diarizer, talk, [])
             people = list(dict.fromkeys(reader for _, _, reader in talk.spans))
             model = diarizer.get()
             known = [(p, model.reference(talk.enrol[p])) for p in people[:-1]]
-            named, _ = live_labels(diarizer, talk, known)
-            truth = [reader for _, _, reader in talk.spans]
-            durations = [end - start for start, end, _ in talk.spans]
-            guess = [max(s, key=s.get) if s else "" for s in named]
-            enrolled_time = sum(d for t, d in zip(truth, durations, strict=True) if t != people[-1])
-            named_right = sum(d for g, t, d in zip(guess, truth, durations, strict=True)
-                              if t != people[-1] and g == t) / enrolled_time  # fmt: skip
-            stranger = any(g in people[:-1] for g, t in zip(guess, truth, strict=True)
-                           if t == people[-1])  # fmt: skip
+            live_named = named(talk, live_labels(diarizer, talk, known)[0], people)
+            upload_named = named(talk, upload_labels(diarizer, talk, known), people)
             seconds = len(talk.audio) / RATE
             row = (count, seed, f"{seconds:.0f}", f"{mapped_share(talk, live):.3f}",
                    labels_used(live), f"{mapped_share(talk, upload):.3f}", labels_used(upload),
-                   f"{named_right:.3f}", "yes" if stranger else "no",
+                   f"{live_named[0]:.3f}", "yes" if live_named[1] else "no",
+                   f"{upload_named[0]:.3f}", "yes" if upload_named[1] else "no",
                    f"{per_item * 1000:.0f}")  # fmt: skip
             rows.append(row)
             summary[count].append((mapped_share(talk, live), labels_used(live) == count,
                                    mapped_share(talk, upload), labels_used(upload) == count,
-                                   named_right, stranger))  # fmt: skip
+                                   *live_named, *upload_named))  # fmt: skip
             print(row, flush=True)
     head = ["speakers", "seed", "seconds", "live right", "live labels", "upload right",
-            "upload labels", "enrolled named right", "stranger named", "ms per item"]  # fmt: skip
+            "upload labels", "live: enrolled named right", "live: stranger named",
+            "upload: enrolled named right", "upload: stranger named", "ms per item"]  # fmt: skip
     lines = header("Live speakers (offline, devcorpus conversations)", load_before)
     lines += ["", *table(head, rows), ""]
     for count, results in summary.items():
@@ -178,8 +195,9 @@ def main() -> None:
         lines.append(
             f"- {count} speakers: live {r[:, 0].mean():.3f} of the time right, count right "
             f"{int(r[:, 1].sum())}/{len(r)}; upload {r[:, 2].mean():.3f}, count right "
-            f"{int(r[:, 3].sum())}/{len(r)}; enrolled named {r[:, 4].mean():.3f}, a stranger "
-            f"named {int(r[:, 5].sum())}/{len(r)}"
+            f"{int(r[:, 3].sum())}/{len(r)}; enrolled named live {r[:, 4].mean():.3f} / upload "
+            f"{r[:, 6].mean():.3f}, a stranger named live {int(r[:, 5].sum())}/{len(r)} / upload "
+            f"{int(r[:, 7].sum())}/{len(r)}"
         )
     report(args.out, lines, rows)
 

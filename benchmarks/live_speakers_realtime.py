@@ -9,8 +9,9 @@ with `transcription.speakers: true` and without (plain streaming). Per conversat
 - right: the share of speech time whose `...segment` label is its reader's under the best
   one-to-one mapping of labels to readers over the whole session (`live_speakers.mapped_share`);
   labels: how many the session used;
-- delay: from the end of an utterance's audio (when the client sent it) to its first
-  `...segment` event, and to its `...completed` (the transcript) for comparison; median and max;
+- delay: from the end of an item's audio (where the server VAD heard the turn stop, sent by the
+  client then) to its first `...segment` event, and to its `...completed` (the transcript) for
+  comparison; median and max over the items (an utterance with a long pause inside is two);
 - CPU: the server process's CPU seconds (user + system) for the session, with and without
   speakers (the difference is the speaker models' cost of the session).
 
@@ -111,24 +112,25 @@ def utterance_of(talk: live_speakers.Conversation, start: float, end: float) -> 
 
 
 def scores(talk: live_speakers.Conversation, session: Session) -> dict:
+    """Labels per utterance (by the segments' times); each item's delays from the end of its
+    audio (`speech_stopped`'s `audio_end_ms`, sent then at real-time pace) to its first
+    segment and to its transcript."""
     said: list[dict[str, float]] = [defaultdict(float) for _ in talk.spans]
-    first_segment: dict[int, float] = {}
-    for t, e in session.of(SEGMENT):
+    for _, e in session.of(SEGMENT):
         k = utterance_of(talk, e["start"], e["end"])
         said[k][e["speaker"]] += e["end"] - e["start"]
-        first_segment.setdefault(k, t)
-    items = {}  # item id -> utterance, by the item's segments
-    for _, e in session.of(SEGMENT):
-        items.setdefault(e["item_id"], utterance_of(talk, e["start"], e["end"]))
-    completed = {items[e["item_id"]]: t for t, e in session.of(COMPLETED) if e["item_id"] in items}
-    ends = [session.t0 + end for _, end, _ in talk.spans]
-    segment_delays = [first_segment[k] - ends[k] for k in first_segment]
-    text_delays = [completed[k] - ends[k] for k in completed]
+    ended = {e["item_id"]: session.t0 + e["audio_end_ms"] / 1000
+             for _, e in session.of("input_audio_buffer.speech_stopped")}  # fmt: skip
+    first: dict[str, float] = {}
+    for t, e in session.of(SEGMENT):
+        first.setdefault(e["item_id"], t)
+    spoken = {e["item_id"]: t for t, e in session.of(COMPLETED) if e["transcript"]}
     return {
         "right": live_speakers.mapped_share(talk, [dict(s) for s in said]),
         "labels": live_speakers.labels_used([dict(s) for s in said]),
-        "segment_delays": segment_delays,
-        "text_delays": text_delays,
+        "segment_delays": [t - ended[item] for item, t in first.items() if item in ended],
+        "text_delays": [t - ended[item] for item, t in spoken.items() if item in ended],
+        "items": len(spoken),
     }
 
 
@@ -157,7 +159,8 @@ def main() -> None:
                 texts += found["text_delays"]
                 for speakers in (True, False):
                     cpu[speakers] += sessions[speakers].cpu_s
-                row = (count, seed, f"{seconds:.0f}", f"{found['right']:.3f}", found["labels"],
+                row = (count, seed, f"{seconds:.0f}", found["items"], f"{found['right']:.3f}",
+                       found["labels"],
                        f"{statistics.median(found['segment_delays']):.2f}",
                        f"{max(found['segment_delays']):.2f}",
                        f"{statistics.median(found['text_delays']):.2f}",
@@ -167,7 +170,7 @@ def main() -> None:
                 print(row, flush=True)
     finally:
         server.stop()
-    head = ["speakers", "seed", "seconds", "right", "labels", "segment delay median s",
+    head = ["speakers", "seed", "seconds", "items", "right", "labels", "segment delay median s",
             "segment delay max s", "transcript delay median s", "CPU s with speakers",
             "CPU s plain", "load after"]  # fmt: skip
     lines = header(f"Live speakers over Realtime at real-time pace ({args.model})", load_before)

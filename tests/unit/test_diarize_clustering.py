@@ -112,3 +112,28 @@ def test_long_files_cluster_a_bounded_sample() -> None:
 def test_bad_hints_are_refused(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         SpeakerHints(**kwargs)
+
+
+def _two_groups(cosine: float, seed: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Two tight groups of 40 embeddings whose centres have `cosine` between them."""
+    rng = np.random.default_rng(seed)
+    a = _unit(rng.standard_normal(64))
+    ortho = rng.standard_normal(64)
+    ortho = _unit(ortho - (ortho @ a) * a)
+    b = cosine * a + np.sqrt(1 - cosine**2) * ortho
+    truth = np.repeat([0, 1], 40)
+    x = np.stack([a, b])[truth] + 0.05 * rng.standard_normal((80, 64)) / 8
+    return x, truth
+
+
+def test_a_speaker_the_linkage_split_is_merged_back() -> None:
+    """One speaker's windows in two groups 0.65 apart (cosine; the linkage joins at 0.755 and
+    leaves them apart: seen on real conversations at 0.52-0.74) are one speaker; different
+    speakers (at most 0.45 on the same conversations) stay apart; a count hint still rules."""
+    split, _ = _two_groups(0.65)
+    assert set(cluster(split, np.ones(80, bool), SpeakerHints(), OPTIONS).labels) == {0}
+    kept = cluster(split, np.ones(80, bool), SpeakerHints(min_speakers=2), OPTIONS).labels
+    assert len(set(kept.tolist())) == 2
+    apart, truth = _two_groups(0.4)
+    labels = cluster(apart, np.ones(80, bool), SpeakerHints(), OPTIONS).labels
+    assert _same_partition(labels, truth)
