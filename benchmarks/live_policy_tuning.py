@@ -17,6 +17,8 @@ pooled over the rows: a change smaller than its paired noise shows as a large p.
 policy `alignatt_one_pass` is AlignAtt without the second reading of the word before an
 unsettled one (`AlignAtt.second_reading`), to measure what that rule costs.
 
+`--clip-lags N` prints the median lag of each of the first N clips (the repo's clips come first).
+
 `--texts FILE` writes every row's streamed texts (JSON, per clip), to compare two versions of the
 code word for word.
 
@@ -81,6 +83,8 @@ def main() -> int:
     parser.add_argument("--texts", type=Path, default=None, help="write the streamed texts (JSON)")
     parser.add_argument("--devcorpus", type=int, default=0, metavar="N",
                         help="also the first N clips of benchmarks/data/devcorpus")  # fmt: skip
+    parser.add_argument("--clip-lags", type=int, default=0, metavar="N",
+                        help="print the median lag of each of the first N clips")  # fmt: skip
     args = parser.parse_args()
 
     from app.engine.audio import decode_audio
@@ -129,10 +133,13 @@ def main() -> int:
             lags: list[float] = []
             texts: list[str] = []
             passes = 0
-            for audio, _ in clips:
+            for n, (audio, _) in enumerate(clips):
                 clip_lags, text, clip_passes = stream_once(
                     transcriber, options, vad, audio, replaced
                 )
+                if args.clip_lags and n < args.clip_lags:
+                    print(f"  {model} {spec} clip {n}: median lag {np.median(clip_lags):.3f} s "
+                          f"({len(clip_lags)} commits, {clip_passes} passes)")  # fmt: skip
                 lags += clip_lags
                 texts.append(text)
                 passes += clip_passes
