@@ -78,6 +78,11 @@ def normalise(x: np.ndarray) -> np.ndarray:
     return np.divide(x, norm, out=np.zeros_like(x, dtype=np.float64), where=norm > 0)
 
 
+def centroids_of(x: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """[k, d] unit mean of the rows of each cluster 0..k-1 (`flat`: each row's cluster)."""
+    return normalise(np.stack([x[flat == c].mean(axis=0) for c in range(int(flat.max()) + 1)]))
+
+
 def centroid_linkage(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The merges of centroid-linkage clustering of the rows of `x`.
 
@@ -168,7 +173,7 @@ def flat_clusters(x: np.ndarray, hints: SpeakerHints, options: ClusteringOptions
     large = np.flatnonzero(sizes >= min_size)
     if large.size == 0:
         return np.zeros(n, dtype=np.int64)
-    centroids = normalise(np.stack([x[inverse == k].mean(axis=0) for k in range(len(ids))]))
+    centroids = centroids_of(x, inverse)
     nearest_large = large[np.argmax(centroids @ centroids[large].T, axis=1)]
     folded = np.where(np.isin(np.arange(len(ids)), large), np.arange(len(ids)), nearest_large)
     return np.unique(folded[inverse], return_inverse=True)[1]
@@ -179,7 +184,7 @@ def merged_alike(x: np.ndarray, flat: np.ndarray, min_cosine: float, fewest: int
     merged while their centroids' cosine is at least `min_cosine` and more than `fewest`
     clusters are left (the hints' lower bound)."""
     while (k := int(flat.max()) + 1 if flat.size else 0) > max(fewest, 1):
-        centroids = normalise(np.stack([x[flat == c].mean(axis=0) for c in range(k)]))
+        centroids = centroids_of(x, flat)
         similar = centroids @ centroids.T
         np.fill_diagonal(similar, -np.inf)
         i, j = divmod(int(np.argmax(similar)), k)
@@ -212,6 +217,6 @@ def cluster(
     trained = x[rows]
     flat = flat_clusters(trained, hints, options)
     flat = merged_alike(trained, flat, options.merge_cosine, hints.bounds(len(trained))[0])
-    centroids = normalise(np.stack([trained[flat == k].mean(axis=0) for k in np.unique(flat)]))
+    centroids = centroids_of(trained, flat)
     labels[valid] = np.argmax(x[valid] @ centroids.T, axis=1)
     return Clusters(labels, centroids)
