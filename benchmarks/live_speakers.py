@@ -98,14 +98,15 @@ def live_labels(
 
 
 def upload_labels(
-    diarizer: LazyDiarizer, talk: Conversation, known: list[tuple[str, np.ndarray]]
-) -> list[dict[str, float]]:
-    """Per utterance, seconds of each label the upload pipeline gave it (the names of `known`
-    as a request's known speakers are given)."""
+    diarizer: LazyDiarizer, talk: Conversation, knowns: list[list[tuple[str, np.ndarray]]]
+) -> list[list[dict[str, float]]]:
+    """The conversation diarized once as an upload; for each of `knowns` (a request's known
+    speakers, names given), per utterance, seconds of each label."""
     model = diarizer.get()
     found = model(talk.audio, SpeakerHints())
-    labels = found.labels(known, model.options.known_threshold)
-    return [_seconds(found.turns, labels, start, end) for start, end, _ in talk.spans]
+    labelled = [found.labels(known, model.options.known_threshold) for known in knowns]
+    return [[_seconds(found.turns, labels, start, end) for start, end, _ in talk.spans]
+            for labels in labelled]  # fmt: skip
 
 
 def named(
@@ -168,12 +169,12 @@ def main() -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             talk = conversation(pool, count, seed)
             live, per_item = live_labels(diarizer, talk, [])
-            upload = upload_labels(diarizer, talk, [])
             people = list(dict.fromkeys(reader for _, _, reader in talk.spans))
             model = diarizer.get()
             known = [(p, model.reference(talk.enrol[p])) for p in people[:-1]]
+            upload, upload_known = upload_labels(diarizer, talk, [[], known])
             live_named = named(talk, live_labels(diarizer, talk, known)[0], people)
-            upload_named = named(talk, upload_labels(diarizer, talk, known), people)
+            upload_named = named(talk, upload_known, people)
             seconds = len(talk.audio) / RATE
             row = (count, seed, f"{seconds:.0f}", f"{mapped_share(talk, live):.3f}",
                    labels_used(live), f"{mapped_share(talk, upload):.3f}", labels_used(upload),
