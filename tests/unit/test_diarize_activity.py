@@ -7,17 +7,20 @@ import numpy as np
 from app.service.diarize.activity import (
     UNASSIGNED,
     FrameGrid,
+    Run,
     Turn,
     alone_frames,
     binarize,
     clean_frames,
+    disputed,
     fold_quiet_speakers,
     global_activity,
     nearest_middle,
-    speaker_activity,
+    reassigned,
+    runs,
     speaker_count,
+    turns,
 )
-from app.service.diarize.activity import turns as runs
 
 GRID = FrameGrid(step_s=0.1, duration_s=0.1)  # 100 frames per 10 s window
 FRAMES = 100
@@ -46,7 +49,8 @@ def _windows(talks: list[tuple[int, float, float]], seconds: float, permute: boo
 def speaker_turns(activity, clusters, starts, grid: FrameGrid, duration_s: float):
     """Global turns from the windows' local activity and their speakers' clusters."""
     n = int(clusters.max()) + 1
-    return runs(speaker_activity(activity, clusters, starts, grid, n), grid, duration_s)
+    summed = global_activity(activity, clusters, starts, grid, n)
+    return turns(binarize(summed, speaker_count(activity, starts, grid)), grid, duration_s)
 
 
 def test_turns_follow_each_speaker_whatever_its_local_index() -> None:
@@ -141,3 +145,43 @@ def test_quiet_speakers_fold_quietest_first_and_one_always_stays() -> None:
     centroids = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
     assert fold_quiet_speakers(np.array([1.5, 0.2, 1.0]), centroids, 2.0, 1).tolist() == [0, 0, 0]
     assert fold_quiet_speakers(np.array([1.5, 0.2, 1.0]), centroids, 2.0, 2).tolist() == [0, 0, 2]
+
+
+def test_runs_are_each_clusters_unbroken_stretches_in_time_order() -> None:
+    binary = np.array([[1, 0], [1, 1], [0, 1], [1, 0], [1, 0]], dtype=bool)
+    assert runs(binary) == (Run(0, 0, 2), Run(1, 1, 3), Run(0, 3, 5))
+    assert runs(np.zeros((3, 2), dtype=bool)) == ()
+
+
+def test_a_moved_run_leaves_its_cluster_and_joins_the_others_frames() -> None:
+    binary = np.array([[1, 0], [0, 0], [1, 0], [1, 0], [0, 1], [0, 1]], dtype=bool)
+    after, kept = reassigned(binary, [(Run(0, 2, 4), 1)], np.eye(2), 0.0, 1, GRID)
+    assert after.tolist() == [[1, 0], [0, 0], [0, 1], [0, 1], [0, 1], [0, 1]]
+    assert kept.tolist() == [True, True]
+    assert turns(after, GRID, 1.0) == (Turn(0.05, 0.15, 0), Turn(0.25, 0.65, 1))  # one turn
+    assert binary[2, 0]  # the input is left as it was
+
+
+def test_a_cluster_left_too_quiet_by_the_moves_is_dropped_unless_a_hint_needs_it() -> None:
+    binary = np.zeros((40, 3), dtype=bool)
+    binary[:10, 0] = binary[10:30, 1] = binary[30:, 2] = True
+    centroids = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    moves = [(Run(2, 30, 39), 0)]  # cluster 2 keeps one frame: 0.1 s alone
+    after, kept = reassigned(binary, moves, centroids, 0.5, 1, GRID)
+    assert kept.tolist() == [True, True, False]
+    assert after[:, 1].sum() == 21  # its last frame joins the most similar cluster, 1
+    assert after[30:39, 0].all()
+    emptied = [(Run(2, 30, 40), 0)]
+    same, kept = reassigned(binary, emptied, centroids, 0.5, 3, GRID)  # min_speakers=3
+    assert kept.tolist() == [True, True, True] and np.array_equal(same, binary)
+    after, kept = reassigned(binary, emptied, centroids, 0.5, 2, GRID)
+    assert kept.tolist() == [True, True, False] and after[30:, 0].all()
+
+
+def test_a_run_is_disputed_where_a_window_heard_a_cluster_that_lost_the_frame() -> None:
+    summed = np.array([[2.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
+    binary = np.array([[1, 0, 0], [1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=bool)
+    run = Run(0, 0, 4)
+    assert disputed(summed, binary, run) == 0.25  # frame 1: cluster 1 heard, lost
+    assert disputed(summed, binary, Run(2, 3, 4)) == 0.0  # overlapped speech is no dispute
+    assert disputed(summed, np.ones_like(binary), run) == 0.0

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.service.diarize.clustering import ClusteringOptions, SpeakerHints, cluster
+from app.service.diarize.clustering import (
+    ClusteringOptions,
+    SpeakerHints,
+    cluster,
+    nearer_cluster,
+)
 
 OPTIONS = ClusteringOptions(threshold=0.7, min_cluster_size=12)
 
@@ -137,3 +142,11 @@ def test_a_speaker_the_linkage_split_is_merged_back() -> None:
     apart, truth = _two_groups(0.4)
     labels = cluster(apart, np.ones(80, bool), SpeakerHints(), OPTIONS).labels
     assert _same_partition(labels, truth)
+
+
+def test_a_stretch_changes_cluster_only_when_clearly_nearer_another() -> None:
+    similarities = np.array([0.25, 0.9, 0.1])
+    assert nearer_cluster(similarities, 0, 0.2) == 1  # 0.65 nearer cluster 1
+    assert nearer_cluster(similarities, 1, 0.2) == 1  # already the nearest
+    assert nearer_cluster(np.array([0.5, 0.6]), 0, 0.2) == 0  # 0.1 nearer: not clear enough
+    assert nearer_cluster(np.array([0.5, 0.75]), 0, 0.25) == 1  # the margin itself is enough

@@ -140,7 +140,7 @@ def test_concurrent_first_requests_load_the_speaker_models_once() -> None:
 
 
 class _Recording:
-    """The real embedding model, noting each mask it is handed."""
+    """The real embedding model, noting each mask a window's speaker is embedded with."""
 
     def __init__(self, model) -> None:
         self.model = model
@@ -149,6 +149,9 @@ class _Recording:
     def of_fbank(self, rows: np.ndarray, n_samples: int, mask: np.ndarray) -> np.ndarray:
         self.masks.append(mask.astype(bool))
         return self.model.of_fbank(rows, n_samples, mask)
+
+    def __call__(self, audio: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        return self.model(audio, mask)  # a run of one speaker, checked against its cluster
 
 
 def test_each_speaker_of_a_window_is_embedded_from_at_most_the_cap_nearest_the_middle(

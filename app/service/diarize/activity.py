@@ -107,26 +107,35 @@ def binarize(summed: np.ndarray, count: np.ndarray) -> np.ndarray:
     return (rank < np.minimum(count[:frames], n)[:, None]) & (summed > 0)
 
 
+@dataclass(frozen=True)
+class Run:
+    """Frames `on` to `off` (exclusive) of one cluster's activity, without a break."""
+
+    speaker: int
+    on: int
+    off: int
+
+
+def runs(binary: np.ndarray) -> tuple[Run, ...]:
+    """Each cluster's runs of active frames in `binary` [T, n], sorted by first frame."""
+    found: list[Run] = []
+    for k in range(binary.shape[1]):
+        edges = np.diff(np.concatenate(([0], binary[:, k].astype(np.int8), [0])))
+        for on, off in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
+            found.append(Run(k, int(on), int(off)))
+    return tuple(sorted(found, key=lambda r: (r.on, r.speaker)))
+
+
 def turns(binary: np.ndarray, grid: FrameGrid, duration_s: float) -> tuple[Turn, ...]:
     """Each cluster's runs of active frames as turns (frame middles, clipped to the audio),
     sorted by start."""
     found: list[Turn] = []
-    for k in range(binary.shape[1]):
-        edges = np.diff(np.concatenate(([0], binary[:, k].astype(np.int8), [0])))
-        for on, off in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
-            start = min(float(grid.middle(int(on))), duration_s)
-            end = min(float(grid.middle(int(off))), duration_s)
-            if end > start:
-                found.append(Turn(round(start, 3), round(end, 3), k))
-    return tuple(sorted(found, key=lambda t: (t.start, t.speaker)))
-
-
-def speaker_activity(
-    activity: np.ndarray, clusters: np.ndarray, starts: np.ndarray, grid: FrameGrid, n: int
-) -> np.ndarray:
-    """[T, n] bool: which of `n` clusters talk at each global frame."""
-    summed = global_activity(activity, clusters, starts, grid, n)
-    return binarize(summed, speaker_count(activity, starts, grid))
+    for run in runs(binary):
+        start = min(float(grid.middle(run.on)), duration_s)
+        end = min(float(grid.middle(run.off)), duration_s)
+        if end > start:
+            found.append(Turn(round(start, 3), round(end, 3), run.speaker))
+    return tuple(found)
 
 
 def alone_frames(binary: np.ndarray) -> np.ndarray:
@@ -150,6 +159,41 @@ def fold_quiet_speakers(
         similarity = np.where(kept, centroids @ centroids[j], -np.inf)
         into[into == j] = int(np.argmax(similarity))
     return into
+
+
+def disputed(summed: np.ndarray, binary: np.ndarray, run: Run) -> float:
+    """The share of a run's frames that some window gave to a cluster that does not talk
+    there (`summed`: each cluster's activity summed over the windows, `binary` what it became):
+    the windows disagree about who this is."""
+    lost = (summed[run.on : run.off] > 0) & ~binary[run.on : run.off]
+    return float(lost.any(axis=1).mean()) if run.off > run.on else 0.0
+
+
+def reassigned(
+    binary: np.ndarray,
+    moves: Sequence[tuple[Run, int]],
+    centroids: np.ndarray,
+    min_alone_s: float,
+    fewest: int,
+    grid: FrameGrid,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`binary` [T, k] with each run of `moves` given to its new cluster, then a cluster left
+    talking alone for less than `min_alone_s` folded into its most similar one (unit
+    `centroids` [k, d]). Returns (binary [T, kept], kept [k] bool); `binary` as it was, every
+    cluster kept, when fewer than `fewest` speakers would be left (a hint's lower bound)."""
+    after = binary.copy()
+    for run, _ in moves:
+        after[run.on : run.off, run.speaker] = False
+    for run, into in moves:
+        after[run.on : run.off, into] = True
+    into = fold_quiet_speakers(alone_frames(after) * grid.step_s, centroids, min_alone_s, fewest)
+    kept = into == np.arange(len(into))
+    if (after.any(axis=0) & kept).sum() < fewest:
+        return binary, np.ones(len(into), dtype=bool)
+    out = np.zeros_like(after)
+    for k, target in enumerate(into):
+        out[:, target] |= after[:, k]
+    return out[:, kept], kept
 
 
 def clean_frames(activity: np.ndarray) -> np.ndarray:

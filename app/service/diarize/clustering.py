@@ -196,6 +196,13 @@ def merged_alike(x: np.ndarray, flat: np.ndarray, min_cosine: float, fewest: int
     return flat
 
 
+def nearer_cluster(similarities: np.ndarray, current: int, margin: float) -> int:
+    """The cluster a stretch of speech belongs to, from its own embedding's cosine to each
+    centroid: the most similar if it beats the `current` one by at least `margin`."""
+    best = int(np.argmax(similarities))
+    return best if similarities[best] - similarities[current] >= margin else current
+
+
 def cluster(
     embeddings: np.ndarray,
     train: np.ndarray,
