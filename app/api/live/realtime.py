@@ -44,8 +44,6 @@ import binascii
 import logging
 import math
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, WebSocket
@@ -95,10 +93,10 @@ from app.api.live.realtime_events import (
     TranscriptionPartial,
     TranscriptionSessionUpdated,
     UserAudioItem,
-    new_item_id,
     new_session_id,
     parse_client_event,
 )
+from app.api.live.realtime_items import Item, Items
 from app.api.live.speakers import (
     SpeakerSender,
     diarization_refusal,
@@ -123,12 +121,10 @@ from app.service.live import (
 from app.service.live import SpeechStarted as SpeechBegan
 from app.service.live import SpeechStopped as SpeechEnded
 from app.service.models.loaded import LoadedModel
-from app.service.transcription.results import Word
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["streaming"])
-END_TOLERANCE_S = 0.01  # an item's end and the finalization at it: the same sample, as seconds
 
 
 def error_event(error: Rejected) -> ErrorEvent:
@@ -137,18 +133,6 @@ def error_event(error: Rejected) -> ErrorEvent:
     detail = ErrorDetail(type=error_type(error), code=error.code, message=error.message,
                          param=error.param, event_id=event_id)  # fmt: skip
     return ErrorEvent(error=detail)
-
-
-@dataclass
-class _Item:
-    """One turn's audio and its transcript so far."""
-
-    id: str
-    start_s: float  # stream seconds
-    end_s: float | None = None
-    text: list[str] = field(default_factory=list)
-    words: list[Word] = field(default_factory=list)
-    language: str | None = None  # the one its words were read in
 
 
 class RealtimeConnection(LiveConnection):
@@ -162,12 +146,9 @@ class RealtimeConnection(LiveConnection):
             self.config = secret_config(session, self.config)
         self.model, self.options = self._resolve(self.config)
         self.beta = False  # reply in the beta shape (the client sent transcription_session.update)
-        self.open: _Item | None = None  # the item audio is going into
-        self.ended: deque[_Item] = deque()  # committed, waiting for their final text
-        self.last_item_id: str | None = None
+        self.items = Items()
         self.audio_since_commit = False
         self.clears = 0  # client clears the session has not carried out yet
-        self.mark_s = 0.0  # stream seconds of the last commit or clear: where an item begins
         self.quiet_from_s: float | None = 0.0  # where the VAD's silence began; None: speech
         self.partials = websocket.query_params.get("partials", "").lower() in ("1", "true")
         self.speakers: SpeakerSender | None = None  # with config.diarize: who is who, kept
@@ -196,7 +177,7 @@ class RealtimeConnection(LiveConnection):
             return  # rejected whole
         model, options = self._resolve(config)
         if config != self.config and self.runner is not None:
-            if self.open is not None or self.ended or self.audio_since_commit:
+            if self.items.in_flight() or self.audio_since_commit:
                 raise Rejected(
                     "session_busy", "the session changes once the audio in flight is "
                     "transcribed: commit or clear it first",
@@ -281,8 +262,8 @@ class RealtimeConnection(LiveConnection):
         if self.speakers is not None:
             self.speakers.hear(samples)
         self.audio_since_commit = self.audio_since_commit or bool(data)
-        if self.open is None and self.config.turn_detection is None and data:
-            self._open_item()  # without turns, the audio since the last commit is the next item
+        if self.items.open is None and self.config.turn_detection is None and data:
+            self.items.start()  # without turns, the audio since the last commit is the next item
 
     def _idle_since(self) -> float | None:
         """Where the silence began, when `idle_timeout_ms` of audio went by without speech (as
@@ -292,9 +273,9 @@ class RealtimeConnection(LiveConnection):
             return None  # (no VAD: no speech is ever heard; the client commits turns)
         if self.quiet_from_s is None:
             return None
-        if self.open is not None or self.ended:
+        if self.items.in_flight():
             return None
-        start_s = max(self.quiet_from_s, self.mark_s)
+        start_s = max(self.quiet_from_s, self.items.mark_s)
         return start_s if self._now_s() - start_s >= turns.idle_timeout_ms / 1000 else None
 
     def _idle(self) -> None:
@@ -302,7 +283,7 @@ class RealtimeConnection(LiveConnection):
         start_s, now = self._idle_since(), self._now_s()
         if start_s is None:
             return
-        item = self._open_item(start_s)
+        item = self.items.start(start_s)
         start_ms, end_ms = round(start_s * 1000), round(now * 1000)
         self.outbox.put(TimeoutTriggered(audio_start_ms=start_ms, audio_end_ms=end_ms,
                                          item_id=item.id))  # fmt: skip
@@ -315,16 +296,14 @@ class RealtimeConnection(LiveConnection):
             raise Rejected("input_audio_buffer_commit_empty",
                            "the input audio buffer is empty: nothing to commit")  # fmt: skip
         self.audio_since_commit = False
-        item = self.open or self._open_item()
-        self._end_item(item)
+        self._end_item(self.items.open or self.items.start())
         self.runner.commit()
 
     def _clear(self) -> None:
         """The audio not committed is dropped; `cleared` once the session has done it (text it
         commits meanwhile came from the dropped audio)."""
-        self.open = None
+        self.items.clear(self._now_s())
         self.audio_since_commit = False
-        self.mark_s = self._now_s()
         if self.runner is None:
             self.outbox.put(Cleared())
             return
@@ -335,44 +314,33 @@ class RealtimeConnection(LiveConnection):
     def _now_s(self) -> float:
         return self.runner.received_s if self.runner is not None else 0.0
 
-    def _open_item(self, start_s: float | None = None) -> _Item:
-        self.open = _Item(new_item_id(), self.mark_s if start_s is None else start_s)
-        return self.open
-
-    def _end_item(self, item: _Item, end_s: float | None = None) -> None:
+    def _end_item(self, item: Item, end_s: float | None = None) -> None:
         """The item's audio is complete: `committed` and the item; its text follows."""
-        item.end_s = self._now_s() if end_s is None else end_s
-        self.mark_s = max(self.mark_s, item.end_s)
-        self.open = None
-        self.ended.append(item)
-        previous, self.last_item_id = self.last_item_id, item.id
+        previous = self.items.end(item, self._now_s() if end_s is None else end_s)
         self.outbox.put(Committed(item_id=item.id, previous_item_id=previous))
         added = ItemCreated if self.beta else ItemAdded
         self.outbox.put(added(previous_item_id=previous, item=UserAudioItem(id=item.id)))
 
-    def _text_item(self) -> _Item:
-        """The item text goes to: the oldest one waiting for its final text, else the open one
-        (opened here for words after a commit the session heard before the turn's start)."""
-        if self.ended:
-            return self.ended[0]
-        if self.open is None:
-            item = self._open_item()
+    def _text_item(self) -> Item:
+        """The item text goes to, opened here for words after a commit the session heard before
+        the turn's start."""
+        item = self.items.for_text()
+        if item is None:
+            item = self.items.start()
             if self.config.turn_detection is not None:
                 started = SpeechStarted(audio_start_ms=round(item.start_s * 1000), item_id=item.id)
                 self.outbox.put(started)
-        return self.open
+        return item
 
     def _complete(self, at: float) -> None:
         """The items whose audio ends by `at` (stream seconds) have all their text: completed.
         A session behind real time finalizes pauses in audio the client has since committed;
         that item waits for the finalization of its own end."""
-        while self.ended and (self.ended[0].end_s or 0.0) <= at + END_TOLERANCE_S:
-            item = self.ended.popleft()
-            seconds = round(max((item.end_s or item.start_s) - item.start_s, 0.0), 3)
-            token_bytes = self.model.tokenizer.token_bytes
+        token_bytes = self.model.tokenizer.token_bytes
+        for item in self.items.done_by(at):
             self.outbox.put(TranscriptionCompleted(
                 item_id=item.id, transcript="".join(item.text).strip(),
-                usage=DurationUsage(seconds=seconds),
+                usage=DurationUsage(seconds=item.seconds),
                 languages=LanguageJSON.listed(item.language),
                 logprobs=LogprobJSON.of_words(item.words, token_bytes) if self.config.logprobs
                 else None,
@@ -386,23 +354,25 @@ class RealtimeConnection(LiveConnection):
         match event:
             case VoiceActivity(kind=kind, at=at):
                 self.quiet_from_s = at if kind == "end" else None  # a pause is inside speech
-            case SpeechBegan(at=at) if turns is not None and not self.clears and at >= self.mark_s:
+            case SpeechBegan(at=at) if (
+                turns is not None and not self.clears and at >= self.items.mark_s
+            ):
                 start_s = max(at - turns.prefix_padding_ms / 1000, 0.0)
-                item = self.open or self._open_item(start_s)
+                item = self.items.open or self.items.start(start_s)
                 started = SpeechStarted(audio_start_ms=round(start_s * 1000), item_id=item.id)
                 self.outbox.put(started)
-            case SpeechEnded(at=at) if turns is not None and self.open is not None:
-                item = self.open
+            case SpeechEnded(at=at) if turns is not None and self.items.open is not None:
+                item = self.items.open
                 self.outbox.put(SpeechStopped(audio_end_ms=round(at * 1000), item_id=item.id))
                 self._end_item(item, at)
                 self.audio_since_commit = False
             case BufferCleared():
                 self.clears = max(self.clears - 1, 0)
                 self.outbox.put(Cleared())
-            case CommittedText() if self.clears and not self.ended:
+            case CommittedText() if self.clears and not self.items.ended:
                 pass  # from audio the client cleared
             case PartialText(text=text) if (
-                self.partials and not self.clears and (text or self.open or self.ended)
+                self.partials and not self.clears and (text or self.items.in_flight())
             ):
                 item = self._text_item()
                 partial = TranscriptionPartial(item_id=item.id, text=text)
@@ -421,9 +391,7 @@ class RealtimeConnection(LiveConnection):
     def failed(self, error: Rejected) -> None:
         """Every item the client knows of and still waits for (committed, or open with deltas
         sent) gets `...transcription.failed` with the session's error."""
-        waiting = [*self.ended, *([self.open] if self.open is not None and self.open.text else [])]
-        self.ended.clear()
-        self.open = None
+        waiting = self.items.waiting()
         reason = TranscriptionError(type=error_type(error), code=error.code, message=error.message)
         for item in waiting:
             self.outbox.put(TranscriptionFailed(item_id=item.id, error=reason))
@@ -432,11 +400,12 @@ class RealtimeConnection(LiveConnection):
         """Shutdown: the item being spoken is committed and completed before the close."""
         if self.runner is None:
             return
-        if self.open is not None and self.audio_since_commit:
-            self._end_item(self.open)
+        if self.items.open is not None and self.audio_since_commit:
+            self._end_item(self.items.open)
         await self.close_runner()
-        if self.open is not None and self.open.text:  # its first words came with the last pass
-            self._end_item(self.open)
+        item = self.items.open
+        if item is not None and item.text:  # its first words came with the last pass
+            self._end_item(item)
         self._complete(math.inf)
         if self.speakers is not None:
             await self.speakers.drain()  # the last items' speakers before the close
