@@ -21,12 +21,8 @@ from benchmarks.live_speakers import (
     upload_labels,
 )
 from tests.conftest import MODELS_DIR
-from tests.engine.devcorpus import CORPUS
 
-pytestmark = [
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(not CORPUS.is_dir(), reason="benchmarks/data/devcorpus is missing"),
-]
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
