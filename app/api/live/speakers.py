@@ -37,20 +37,12 @@ T = TypeVar("T")
 Events = Callable[[str, list[SpeakerSegment]], list[BaseModel]]  # a piece's key, its runs
 
 
-class SpeakerSender:
-    """One session's speakers: `hear` the stream's audio, `item` each finished piece (its
-    `events` put in order), `drain` before the close."""
+class SessionSpeakers:
+    """One session's speakers: `hear` the stream's audio, ask who said each piece in order,
+    `drain` before the close."""
 
-    def __init__(
-        self,
-        speakers: LiveSpeakers,
-        events: Events,
-        put: Callable[[BaseModel], None],
-        error: Callable[[Rejected], None],
-    ) -> None:
+    def __init__(self, speakers: LiveSpeakers, error: Callable[[Rejected], None]) -> None:
         self.speakers = speakers
-        self._events = events
-        self._put = put
         self._error = error
         self._work: asyncio.Future[Any] | None = None  # the pieces' speakers, in order
 
@@ -59,17 +51,6 @@ class SpeakerSender:
 
     def new_stream(self) -> None:
         self.speakers.new_stream()
-
-    def item(self, key: str, start_s: float, end_s: float, words: Sequence[Word]) -> None:
-        """Find the piece's speakers after the previous piece's (on the event loop)."""
-        words = tuple(words)
-        found = self._found(self._work, lambda: self.speakers.item(start_s, end_s, words), key)
-
-        async def send() -> None:
-            for event in self._events(key, await found or []):
-                self._put(event)
-
-        self._work = asyncio.ensure_future(send())
 
     async def speaker(self, audio: np.ndarray) -> str | None:
         """Who said a whole utterance (`LiveSpeakers.speaker`), after the pieces before it;
@@ -96,9 +77,36 @@ class SpeakerSender:
         return None
 
     async def drain(self) -> None:
-        """Returns once every piece's speakers were sent."""
+        """Returns once every piece's speakers were found (and sent)."""
         if self._work is not None:
             await self._work
+
+
+class SpeakerSender(SessionSpeakers):
+    """A session's speakers sent as events: `item` each finished piece, its `events` put in
+    order."""
+
+    def __init__(
+        self,
+        speakers: LiveSpeakers,
+        events: Events,
+        put: Callable[[BaseModel], None],
+        error: Callable[[Rejected], None],
+    ) -> None:
+        super().__init__(speakers, error)
+        self._events = events
+        self._put = put
+
+    def item(self, key: str, start_s: float, end_s: float, words: Sequence[Word]) -> None:
+        """Find the piece's speakers after the previous piece's (on the event loop)."""
+        words = tuple(words)
+        found = self._found(self._work, lambda: self.speakers.item(start_s, end_s, words), key)
+
+        async def send() -> None:
+            for event in self._events(key, await found or []):
+                self._put(event)
+
+        self._work = asyncio.ensure_future(send())
 
 
 def diarization_refusal(
@@ -131,14 +139,18 @@ def realtime_segments(item_id: str, runs: list[SpeakerSegment]) -> list[BaseMode
     ]
 
 
+def live_speakers(deps: LiveDeps) -> LiveSpeakers:
+    """A new session's speakers, naming the enrolled voices when the registry is on."""
+    assert deps.diarizer is not None  # diarization_refusal said so
+    voices = deps.voices if deps.settings.voices else None
+    return LiveSpeakers(deps.diarizer, voices.enrolled if voices is not None else tuple)
+
+
 def speaker_sender(
     deps: LiveDeps,
     events: Events,
     put: Callable[[BaseModel], None],
     error: Callable[[Rejected], None],
 ) -> SpeakerSender:
-    """A new session's speakers, naming the enrolled voices when the registry is on."""
-    assert deps.diarizer is not None  # diarization_refusal said so
-    voices = deps.voices if deps.settings.voices else None
-    known = voices.enrolled if voices is not None else tuple
-    return SpeakerSender(LiveSpeakers(deps.diarizer, known), events, put, error)
+    """A new session's speakers, each piece's sent as `events`."""
+    return SpeakerSender(live_speakers(deps), events, put, error)

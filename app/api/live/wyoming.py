@@ -67,7 +67,7 @@ from wyoming.server import AsyncTcpServer
 
 from app.api.discovery import WyomingAnnouncement
 from app.api.live.connection import LiveDeps
-from app.api.live.speakers import SpeakerSender, speaker_sender
+from app.api.live.speakers import SessionSpeakers, live_speakers
 from app.api.live.stream_options import wyoming_options, wyoming_sensitivity
 from app.api.live.wyoming_framing import BoundedReader, close_gently
 from app.api.services import Services
@@ -168,7 +168,7 @@ class SttHandler:
         self.language: str | None = None
         self.sensitivity = "default"  # transcribe's vad_sensitivity (endpointing)
         self.current: _InFlight | None = None
-        self.speakers: SpeakerSender | None = None  # STT_WYOMING_SPEAKERS: the connection's
+        self.speakers: SessionSpeakers | None = None  # STT_WYOMING_SPEAKERS: the connection's
         self.outbox: Outbox[Event] = Outbox()
         self._sender = asyncio.create_task(self._send(), name="wyoming-sender")
 
@@ -300,7 +300,7 @@ class SttHandler:
         utterance = Utterance(runner, model, host.pool, job, FINAL_PASS_MAX_S)
         self.current = _InFlight(deps, pcm, utterance, endpoint is not None)
         if self.speakers is None and deps.settings.wyoming_speakers and deps.diarizer is not None:
-            self.speakers = speaker_sender(deps, lambda *_: [], self.outbox.put, self._error)
+            self.speakers = SessionSpeakers(live_speakers(deps), self._error)
         self.outbox.put(TranscriptStart(language=job.options.language or None).event())
 
     def _chunk(self, chunk: AudioChunk) -> None:
