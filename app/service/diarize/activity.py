@@ -140,7 +140,7 @@ def turns(binary: np.ndarray, grid: FrameGrid, duration_s: float) -> tuple[Turn,
 
 def alone_frames(binary: np.ndarray) -> np.ndarray:
     """[n] how many frames each cluster of `binary` [T, n] talks with nobody else."""
-    return (binary & (binary.sum(axis=1, keepdims=True) == 1)).sum(axis=0)
+    return clean_frames(binary).sum(axis=0)
 
 
 def fold_quiet_speakers(
@@ -166,7 +166,7 @@ def disputed(summed: np.ndarray, binary: np.ndarray, run: Run) -> float:
     there (`summed`: each cluster's activity summed over the windows, `binary` what it became):
     the windows disagree about who this is."""
     lost = (summed[run.on : run.off] > 0) & ~binary[run.on : run.off]
-    return float(lost.any(axis=1).mean()) if run.off > run.on else 0.0
+    return float(lost.any(axis=1).mean())
 
 
 def reassigned(
@@ -197,8 +197,9 @@ def reassigned(
 
 
 def clean_frames(activity: np.ndarray) -> np.ndarray:
-    """[windows, frames, local] bool: frames where that local speaker talks alone."""
-    return activity.astype(bool) & (activity.sum(axis=2, keepdims=True) == 1)
+    """Bool, shaped as `activity` ([..., speakers], speakers last: a window's local ones or the
+    global clusters): the frames where that speaker talks alone."""
+    return activity.astype(bool) & (activity.sum(axis=-1, keepdims=True) == 1)
 
 
 def nearest_middle(mask: np.ndarray, limit: int) -> np.ndarray:

@@ -189,7 +189,7 @@ class Diarizer:
         speaker took in two people, one on each side of a pause, put both in one cluster); a
         cluster left with too little speech alone joins its most similar one. Returns
         (binary, centroids)."""
-        alone = binary & (binary.sum(axis=1, keepdims=True) == 1)
+        alone = clean_frames(binary)
         cap = round(self.options.max_embed_s / FRAME_STEP_S)
         moves = []
         for run in runs(binary):
