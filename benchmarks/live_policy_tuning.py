@@ -13,9 +13,10 @@ the same model: the live target is within +1.0 point of it.
 sign-flip test (p: how often random signs give a total at least as far from 0), per row and
 pooled over the rows: a change smaller than its paired noise shows as a large p.
 
-`--devcorpus N` adds the first N clips of `benchmarks/data/devcorpus` (more words); the grid's
-policy `alignatt_one_pass` is AlignAtt without the second reading of the word before an
-unsettled one (`AlignAtt.second_reading`), to measure what that rule costs.
+`--devcorpus N` adds the first N clips of `benchmarks/data/devcorpus` (more words). The grid's
+policies `alignatt_one_pass` (AlignAtt without the second reading of the word before an
+unsettled one, `AlignAtt.second_reading`) and `alignatt_first_alone` (the first reading of new
+speech commits alone, `AlignAtt.first_alone`) measure what those rules cost.
 
 `--clip-lags N` prints the median lag of each of the first N clips (the repo's clips come first).
 
@@ -38,7 +39,10 @@ import numpy as np
 from benchmarks import wer_paired
 from benchmarks.common import MODELS_DIR, TESTDATA, english_clips, header, load1, table, wer
 
-ONE_PASS = "alignatt_one_pass"  # AlignAtt(second_reading=False): the rule measured off
+VARIANTS = {  # AlignAtt with one of its rules measured off
+    "alignatt_one_pass": {"second_reading": False},
+    "alignatt_first_alone": {"first_alone": True},
+}
 DEFAULT_GRID = (
     "local_agreement:0:1.0,local_agreement:0:0.5,"
     "alignatt:0.3:1.0,alignatt:0.5:1.0,alignatt:0.7:1.0,"
@@ -124,12 +128,12 @@ def main() -> int:
         rows.append((model, "file (greedy)", "", "", "", "", f"{file_wer:.2f}", ""))
         for spec in args.grid.split(","):
             policy, edge, step = spec.split(":")
-            one_pass = policy == ONE_PASS  # AlignAtt without the second reading (before it)
+            variant = VARIANTS.get(policy)
             options = StreamingOptions(
-                language="en", policy="alignatt" if one_pass else policy,  # type: ignore[arg-type]
+                language="en", policy="alignatt" if variant else policy,  # type: ignore[arg-type]
                 edge_s=float(edge), step_s=float(step), word_timestamps=True,
             )  # fmt: skip
-            replaced = AlignAtt(float(edge), second_reading=False) if one_pass else None
+            replaced = AlignAtt(float(edge), **variant) if variant else None
             lags: list[float] = []
             texts: list[str] = []
             passes = 0
@@ -152,7 +156,7 @@ def main() -> int:
                 f"{live_wer - file_wer:+.2f}", passes,
             ))  # fmt: skip
             print(rows[-1], flush=True)
-            if args.against_sure is not None and policy == "alignatt" and not one_pass:
+            if args.against_sure is not None and policy == "alignatt":
                 other = AlignAtt(float(edge), sure=args.against_sure)
                 diffs = [
                     wer([ref], [text])[1]

@@ -66,9 +66,27 @@ def test_alignatt_never_commits_the_last_word() -> None:
 
 
 def test_alignatt_commits_on_one_pass_what_is_well_before_the_edge() -> None:
-    new = words("ask not what", [0.5, 1.0, 1.5])
-    assert AlignAtt(0.5).commit_count(new, [], audio_end_s=4.0) == 1
-    assert LocalAgreement().commit_count(new, [], audio_end_s=4.0) == 0
+    """Once a pass read new speech before, the next one commits on its own reading."""
+    new, read_before = words("ask not what", [0.5, 1.0, 1.5]), words("asked")
+    assert AlignAtt(0.5).commit_count(new, read_before, audio_end_s=4.0) == 1
+    assert LocalAgreement().commit_count(new, read_before, audio_end_s=4.0) == 0
+
+
+def test_the_first_reading_of_new_speech_waits_for_a_second() -> None:
+    """tiny.en read jfk's "What your country", the first words after a pause, as "What you are
+    country" and "Watch your country" at the buffer lengths a loaded server's first pass after
+    the pause reached (two streams at once, f32 and bf16 alike, 3 runs in 8): committed on that
+    one reading, the passes after it were forced to go on from it. Nothing pending (the
+    stream's start, after a pause or a cut), a pass commits nothing; the next one commits what
+    the two agree on, and on its own reading past that."""
+    new = words("What you are country can...", [5.51, 5.73, 6.07, 6.29, 6.63])
+    assert AlignAtt(0.5).commit_count(new, [], audio_end_s=6.7) == 0
+    assert AlignAtt(0.5, first_alone=True).commit_count(new, [], audio_end_s=6.7) == 2
+    watch = words("Watch your country.", [5.53, 5.81, 6.35], [0.37, 0.98, 0.99])
+    assert AlignAtt(0.5).commit_count(watch, [], audio_end_s=6.6) == 0
+    assert AlignAtt(0.5, first_alone=True).commit_count(watch, [], audio_end_s=6.6) == 1
+    later = words("What your country can do", [5.51, 5.79, 6.19, 6.61, 6.83])
+    assert AlignAtt(0.5).commit_count(later, new, audio_end_s=7.7) == 3  # "What", then alone
 
 
 def test_the_word_before_an_unsettled_one_waits_for_a_second_reading() -> None:
@@ -78,10 +96,11 @@ def test_the_word_before_an_unsettled_one_waits_for_a_second_reading() -> None:
     one at the edge (or before the last word) is read again by the next pass before it is
     committed; what two passes agree on commits at once."""
     new = words("What you are country can...", [5.51, 5.73, 6.07, 6.29, 6.63])
-    assert AlignAtt(0.7).commit_count(new, [], audio_end_s=6.7) == 1  # "What"; "you" waits
+    other = words("Whats")  # an earlier pass read new speech otherwise: nothing agreed
+    assert AlignAtt(0.7).commit_count(new, other, audio_end_s=6.7) == 1  # "What"; "you" waits
     assert AlignAtt(0.7).commit_count(new, words("What your"), audio_end_s=6.7) == 1
     assert AlignAtt(0.7).commit_count(new, words("What you are"), audio_end_s=6.7) == 2
-    assert AlignAtt(0.7, second_reading=False).commit_count(new, [], audio_end_s=6.7) == 2
+    assert AlignAtt(0.7, second_reading=False).commit_count(new, other, audio_end_s=6.7) == 2
     later = words("your country can do", [5.73, 6.29, 6.63, 6.9])
     assert AlignAtt(0.7).commit_count(later, words("you are"), audio_end_s=7.7) == 2
 
@@ -105,11 +124,12 @@ def test_a_sentences_first_word_read_unsure_is_not_in_doubt() -> None:
     word; it commits at once, while an unsure word inside a sentence still waits."""
     policy, peaks = AlignAtt(0.5, sure=0.5), [0.5, 1.0, 1.5]
     new = words("and so my", peaks, [0.33, 0.9, 0.9])  # "so" waits before the last word
-    assert policy.commit_count(new, [], audio_end_s=4.0) == 1  # the stream's first word
+    read = words("an")  # an earlier pass read new speech (otherwise: nothing agreed)
+    assert policy.commit_count(new, read, audio_end_s=4.0) == 1  # the stream's first word
     ended, going_on = words("Americans."), words("fellow")
-    assert policy.commit_count(new, [], audio_end_s=4.0, before=ended[0]) == 1
-    assert policy.commit_count(new, [], audio_end_s=4.0, before=going_on[0]) == 0
-    assert policy.commit_count(new, [], audio_end_s=4.0, before=words("are...")[0]) == 0
+    assert policy.commit_count(new, read, audio_end_s=4.0, before=ended[0]) == 1
+    assert policy.commit_count(new, read, audio_end_s=4.0, before=going_on[0]) == 0
+    assert policy.commit_count(new, read, audio_end_s=4.0, before=words("are...")[0]) == 0
     assert in_doubt(words("Last year", None, [0.47, 0.3]), ended[0]) == [False, True]
     assert in_doubt(words("so am I", None, [0.9, 0.36, 0.9]), None) == [False, True, False]
 

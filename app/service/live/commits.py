@@ -145,6 +145,16 @@ def _before(state: Commits, decoded: Pass, k: int) -> Word | None:
     return state.recent[-1] if state.recent else None
 
 
+def _text_end(decoded: Pass) -> int:
+    """Absolute sample where the pass's text ends (its audio's end if it read no words)."""
+    return round(decoded.words[-1].end * SAMPLE_RATE) if decoded.words else decoded.end
+
+
+def _stalled(decoded: Pass) -> bool:
+    """The pass's text ends `STALL_S` or more before its audio does."""
+    return decoded.end - _text_end(decoded) >= round(STALL_S * SAMPLE_RATE)
+
+
 def _with_committed(state: Commits, words: tuple[Word, ...]) -> Commits:
     """`words` are sent as committed: remembered as the recent ones, the text's end moved."""
     if not words:
@@ -171,6 +181,7 @@ def step(
 ) -> tuple[Commits, Applied]:
     """A pass over the open utterance: its new words the policy says are final are committed;
     a full buffer (`max_buffer_s`) commits its closed segments whatever the policy says."""
+    previous = state.last
     state = replace(state, last=None, reread=False)
     forced = decoded.seconds > options.max_buffer_s
     if not decoded.usable:
@@ -181,10 +192,12 @@ def step(
     k = new_words_at(state, decoded)
     new = hyp[k:]
     # where the pass's text ends: audio after it is not written yet, and is never cut away
-    text_end = round(hyp[-1].end * SAMPLE_RATE) if hyp else decoded.end
-    if decoded.end - text_end >= round(STALL_S * SAMPLE_RATE):
-        # the decoder ended its text long before the audio's end, and would again (Whisper
-        # does that after a long forced prefix): its words are whole, the rest is new
+    text_end = _text_end(decoded)
+    if _stalled(decoded) and previous is not None and _stalled(previous):
+        # the decoder ended its text long before the audio's end, pass after pass (Whisper
+        # does that after a long forced prefix): its words are whole, the rest is new. One
+        # such pass alone may be a misreading (base read "did." for 4 s of speech after a
+        # pause): its words wait for the policy like any others.
         log.debug("the text stops %.1f s before the audio's end: committed, cut there",
                   (decoded.end - text_end) / SAMPLE_RATE)  # fmt: skip
         return _commit_and_cut(state, tuple(new), decoded, text_end)

@@ -15,9 +15,13 @@ words and times in, a count out; no audio, no model.
   after it shows that it is whole (Whisper reads "you" where more audio makes "your"). Nor,
   on one pass alone, is the word just before the first unsafe one (or before the last word):
   the unsettled word may take it along when it is read again ("What you are country" where the
-  next pass reads "What your country"), so it commits once two passes read it. A word
-  the decoder read with low probability inside a sentence waits, in addition, for the next pass
-  to read it again: one pass may fall at a buffer length where Whisper reads it otherwise.
+  next pass reads "What your country"), so it commits once two passes read it. Nor does the
+  first reading of new speech commit alone (nothing pending: the stream's start, after a pause
+  or a cut): read on the little audio after a cut, an utterance's first words are read most
+  variably ("Watch your country", "What you are country" where a loaded server's pass fell),
+  so they wait for the next pass. A word the decoder read with low probability inside a
+  sentence waits, in addition, for the next pass to read it again: one pass may fall at a
+  buffer length where Whisper reads it otherwise.
 
 Neither policy ends a commit inside a written word: a word whose successor is glued to it (the
 successor starts with a hyphen or another opening mark, no space: "pound" "-demic") is only
@@ -127,6 +131,7 @@ class AlignAtt:
     edge_s: float = EDGE_S.default
     sure: float = SURE
     second_reading: bool = True  # the word before an unsettled one waits (False: measured off)
+    first_alone: bool = False  # the first reading of new speech commits alone (True: measured)
     reads_attention: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -141,8 +146,10 @@ class AlignAtt:
         audio_end_s: float,
         before: Word | None = None,
     ) -> int:
-        limit = audio_end_s - self.edge_s
         agreed = LocalAgreement().commit_count(new, pending, audio_end_s)
+        if not (pending or self.first_alone):  # the first reading of new speech waits
+            return 0
+        limit = audio_end_s - self.edge_s
         doubts = in_doubt(new, before, self.sure)
         count = max(len(new) - 1, 0)
         for i, word in enumerate(new[:-1]):
