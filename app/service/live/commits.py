@@ -17,6 +17,7 @@ at the end of a committed segment.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from app.engine.tokenizer import Tokenizer
@@ -150,6 +151,11 @@ def _text_end(decoded: Pass) -> int:
     return round(decoded.words[-1].end * SAMPLE_RATE) if decoded.words else decoded.end
 
 
+def _read_before(new: Sequence[Word], pending: Sequence[Word]) -> bool:
+    """The last pass read `new` (all of them, by key) before it left them pending."""
+    return [w.key for w in new] == [w.key for w in pending[: len(new)]]
+
+
 def _stalled(decoded: Pass) -> bool:
     """The pass's text ends `STALL_S` or more before its audio does."""
     return decoded.end - _text_end(decoded) >= round(STALL_S * SAMPLE_RATE)
@@ -181,7 +187,6 @@ def step(
 ) -> tuple[Commits, Applied]:
     """A pass over the open utterance: its new words the policy says are final are committed;
     a full buffer (`max_buffer_s`) commits its closed segments whatever the policy says."""
-    previous = state.last
     state = replace(state, last=None, reread=False)
     forced = decoded.seconds > options.max_buffer_s
     if not decoded.usable:
@@ -193,11 +198,11 @@ def step(
     new = hyp[k:]
     # where the pass's text ends: audio after it is not written yet, and is never cut away
     text_end = _text_end(decoded)
-    if _stalled(decoded) and previous is not None and _stalled(previous):
-        # the decoder ended its text long before the audio's end, pass after pass (Whisper
-        # does that after a long forced prefix): its words are whole, the rest is new. One
-        # such pass alone may be a misreading (base read "did." for 4 s of speech after a
-        # pause): its words wait for the policy like any others.
+    if _stalled(decoded) and _read_before(new, state.pending):
+        # the decoder ended its text long before the audio's end, and would again (Whisper
+        # does that after a long forced prefix): its words are whole, the rest is new. Words
+        # the last pass did not read are no such ending but a misreading that may stop early
+        # (base read "did." for 4 s of speech after a pause): they wait for the policy.
         log.debug("the text stops %.1f s before the audio's end: committed, cut there",
                   (decoded.end - text_end) / SAMPLE_RATE)  # fmt: skip
         return _commit_and_cut(state, tuple(new), decoded, text_end)
