@@ -17,14 +17,13 @@ at the end of a committed segment.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from app.engine.tokenizer import Tokenizer
 from app.engine.words import Word, split_words
 from app.runtime.contract import SAMPLE_RATE, TIME_PRECISION
 from app.service.live.options import WINDOW_S, StreamingOptions
-from app.service.live.policy import CommitPolicy, ends_sentence
+from app.service.live.policy import CommitPolicy, ends_sentence, read_alike
 from app.service.live.window_pass import Pass
 from app.service.live.word_match import align_committed
 from app.service.transcription.windows import WindowSegment
@@ -146,21 +145,6 @@ def _before(state: Commits, decoded: Pass, k: int) -> Word | None:
     return state.recent[-1] if state.recent else None
 
 
-def _text_end(decoded: Pass) -> int:
-    """Absolute sample where the pass's text ends (its audio's end if it read no words)."""
-    return round(decoded.words[-1].end * SAMPLE_RATE) if decoded.words else decoded.end
-
-
-def _read_before(new: Sequence[Word], pending: Sequence[Word]) -> bool:
-    """The last pass read `new` (all of them, by key) before it left them pending."""
-    return [w.key for w in new] == [w.key for w in pending[: len(new)]]
-
-
-def _stalled(decoded: Pass) -> bool:
-    """The pass's text ends `STALL_S` or more before its audio does."""
-    return decoded.end - _text_end(decoded) >= round(STALL_S * SAMPLE_RATE)
-
-
 def _with_committed(state: Commits, words: tuple[Word, ...]) -> Commits:
     """`words` are sent as committed: remembered as the recent ones, the text's end moved."""
     if not words:
@@ -197,8 +181,9 @@ def step(
     k = new_words_at(state, decoded)
     new = hyp[k:]
     # where the pass's text ends: audio after it is not written yet, and is never cut away
-    text_end = _text_end(decoded)
-    if _stalled(decoded) and _read_before(new, state.pending):
+    text_end = round(hyp[-1].end * SAMPLE_RATE) if hyp else decoded.end
+    stalled = decoded.end - text_end >= round(STALL_S * SAMPLE_RATE)
+    if stalled and read_alike(new, state.pending) == len(new):
         # the decoder ended its text long before the audio's end, and would again (Whisper
         # does that after a long forced prefix): its words are whole, the rest is new. Words
         # the last pass did not read are no such ending but a misreading that may stop early

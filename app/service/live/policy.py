@@ -67,6 +67,17 @@ def in_doubt(words: Sequence[Word], before: Word | None, sure: float = SURE) -> 
     return doubts
 
 
+def read_alike(new: Sequence[Word], pending: Sequence[Word]) -> int:
+    """How many of `new`'s first words the last pass read the same (by key) before it left
+    them pending: the prefix two passes agree on."""
+    agreed = 0
+    for a, b in zip(new, pending, strict=False):
+        if a.key != b.key:
+            break
+        agreed += 1
+    return agreed
+
+
 def glued(word: Word) -> bool:
     """The word continues the one before it in writing: no space, an opening mark ("-demic")."""
     return word.word != "" and word.word[0] in PREPEND_PUNCTUATION
@@ -113,12 +124,7 @@ class LocalAgreement:
         audio_end_s: float,
         before: Word | None = None,
     ) -> int:
-        agreed = 0
-        for a, b in zip(new, pending, strict=False):
-            if a.key != b.key:
-                break
-            agreed += 1
-        return whole(new, agreed)
+        return whole(new, read_alike(new, pending))
 
 
 @dataclass(frozen=True)
@@ -146,9 +152,9 @@ class AlignAtt:
         audio_end_s: float,
         before: Word | None = None,
     ) -> int:
-        agreed = LocalAgreement().commit_count(new, pending, audio_end_s)
         if not (pending or self.first_alone):  # the first reading of new speech waits
             return 0
+        agreed = LocalAgreement().commit_count(new, pending, audio_end_s)
         limit = audio_end_s - self.edge_s
         doubts = in_doubt(new, before, self.sure)
         count = max(len(new) - 1, 0)
