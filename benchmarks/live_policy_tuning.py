@@ -15,8 +15,9 @@ pooled over the rows: a change smaller than its paired noise shows as a large p.
 
 `--devcorpus N` adds the first N clips of `benchmarks/data/devcorpus` (more words). The grid's
 policies `alignatt_one_pass` (AlignAtt without the second reading of the word before an
-unsettled one, `AlignAtt.second_reading`) and `alignatt_first_alone` (the first reading of new
-speech commits alone, `AlignAtt.first_alone`) measure what those rules cost.
+unsettled one, `AlignAtt.reread_below` 0), `alignatt_always_reread` (that word always read
+twice, however sure: the rule before `REREAD_BELOW`) and `alignatt_first_alone` (the first
+reading of new speech commits alone, `AlignAtt.first_alone`) measure what those rules cost.
 
 `--clip-lags N` prints the median lag of each of the first N clips (the repo's clips come first).
 
@@ -40,7 +41,8 @@ from benchmarks import wer_paired
 from benchmarks.common import MODELS_DIR, TESTDATA, english_clips, header, load1, table, wer
 
 VARIANTS = {  # AlignAtt with one of its rules measured off
-    "alignatt_one_pass": {"second_reading": False},
+    "alignatt_one_pass": {"reread_below": 0.0},
+    "alignatt_always_reread": {"reread_below": 1.01},
     "alignatt_first_alone": {"first_alone": True},
 }
 DEFAULT_GRID = (

@@ -18,7 +18,7 @@ def words(
 ) -> list[Word]:
     units = text.split()
     peaks = peaks or [None] * len(units)
-    probs = probs or [0.9] * len(units)
+    probs = probs or [0.95] * len(units)
     return [
         Word(i * 0.3, i * 0.3 + 0.25, " " + u, p, peak=peak)
         for i, (u, peak, p) in enumerate(zip(units, peaks, probs, strict=True))
@@ -68,7 +68,7 @@ def test_alignatt_never_commits_the_last_word() -> None:
 def test_alignatt_commits_on_one_pass_what_is_well_before_the_edge() -> None:
     """Once a pass read new speech before, the next one commits on its own reading."""
     new, read_before = words("ask not what", [0.5, 1.0, 1.5]), words("asked")
-    assert AlignAtt(0.5).commit_count(new, read_before, audio_end_s=4.0) == 1
+    assert AlignAtt(0.5).commit_count(new, read_before, audio_end_s=4.0) == 2
     assert LocalAgreement().commit_count(new, read_before, audio_end_s=4.0) == 0
 
 
@@ -81,27 +81,34 @@ def test_the_first_reading_of_new_speech_waits_for_a_second() -> None:
     the two agree on, and on its own reading past that."""
     new = words("What you are country can...", [5.51, 5.73, 6.07, 6.29, 6.63])
     assert AlignAtt(0.5).commit_count(new, [], audio_end_s=6.7) == 0
-    assert AlignAtt(0.5, first_alone=True).commit_count(new, [], audio_end_s=6.7) == 2
+    assert AlignAtt(0.5, first_alone=True).commit_count(new, [], audio_end_s=6.7) == 3
     watch = words("Watch your country.", [5.53, 5.81, 6.35], [0.37, 0.98, 0.99])
     assert AlignAtt(0.5).commit_count(watch, [], audio_end_s=6.6) == 0
-    assert AlignAtt(0.5, first_alone=True).commit_count(watch, [], audio_end_s=6.6) == 1
+    assert AlignAtt(0.5, first_alone=True).commit_count(watch, [], audio_end_s=6.6) == 2
     later = words("What your country can do", [5.51, 5.79, 6.19, 6.61, 6.83])
-    assert AlignAtt(0.5).commit_count(later, new, audio_end_s=7.7) == 3  # "What", then alone
+    assert AlignAtt(0.5).commit_count(later, new, audio_end_s=7.7) == 4  # "What", then alone
 
 
-def test_the_word_before_an_unsettled_one_waits_for_a_second_reading() -> None:
+def test_the_word_before_an_unsettled_one_read_unsure_waits_for_a_second_reading() -> None:
     """tiny.en read jfk's "What your country" as "What you are country" on one pass (f32, two
     streams at once, 1 run in 7): "are" looked at the edge, "you" did not and was committed,
     and the passes after it, forced to go on from "you", read "are". The word before the first
-    one at the edge (or before the last word) is read again by the next pass before it is
-    committed; what two passes agree on commits at once."""
-    new = words("What you are country can...", [5.51, 5.73, 6.07, 6.29, 6.63])
+    one at the edge (or before the last word), read less sure than `REREAD_BELOW`, is read
+    again by the next pass before it is committed; what two passes agree on commits at once.
+    Read sure, it commits: of 956 such words held on 162 clips (tiny.en, base), the 14 the next
+    pass read otherwise were read with p 0.03-0.85 (base: "I'm" for "Last year", "they" for
+    "there")."""
+    peaks = [5.51, 5.73, 6.07, 6.29, 6.63]
+    new = words("What you are country can...", peaks, [0.95, 0.6, 0.95, 0.95, 0.95])
     other = words("Whats")  # an earlier pass read new speech otherwise: nothing agreed
     assert AlignAtt(0.7).commit_count(new, other, audio_end_s=6.7) == 1  # "What"; "you" waits
     assert AlignAtt(0.7).commit_count(new, words("What your"), audio_end_s=6.7) == 1
     assert AlignAtt(0.7).commit_count(new, words("What you are"), audio_end_s=6.7) == 2
-    assert AlignAtt(0.7, second_reading=False).commit_count(new, other, audio_end_s=6.7) == 2
-    later = words("your country can do", [5.73, 6.29, 6.63, 6.9])
+    assert AlignAtt(0.7, reread_below=0.0).commit_count(new, other, audio_end_s=6.7) == 2
+    sure = words("What you are country can...", peaks)  # "you" read with p 0.95
+    assert AlignAtt(0.7).commit_count(sure, other, audio_end_s=6.7) == 2
+    assert AlignAtt(0.7, reread_below=1.01).commit_count(sure, other, audio_end_s=6.7) == 1
+    later = words("your country can do", [5.73, 6.29, 6.63, 6.9], [0.95, 0.95, 0.6, 0.95])
     assert AlignAtt(0.7).commit_count(later, words("you are"), audio_end_s=7.7) == 2
 
 
@@ -109,12 +116,12 @@ def test_alignatt_commits_an_unsure_word_when_two_passes_read_it() -> None:
     """A word read with low probability waits for the next pass to read the same words up to
     it; confident words before it commit at once."""
     policy, peaks = AlignAtt(0.5, sure=0.5), [0.5, 1.0, 1.5, 2.0]
-    new = words("so am I fellow", peaks, [0.9, 0.36, 0.9, 0.9])
+    new = words("so am I fellow", peaks, [0.95, 0.36, 0.95, 0.95])
     assert policy.commit_count(new, [], audio_end_s=4.0) == 0  # "am" waits, and "so" before it
     assert policy.commit_count(new, words("so my fellow"), audio_end_s=4.0) == 1
-    assert policy.commit_count(new, words("so am"), audio_end_s=4.0) == 2  # read twice
+    assert policy.commit_count(new, words("so am"), audio_end_s=4.0) == 3  # read twice
     assert policy.commit_count(new, words("so am I"), audio_end_s=4.0) == 3
-    sure = words("so my fellow Americans", peaks, [0.9, 0.6, 0.9, 0.9])
+    sure = words("so my fellow Americans", peaks, [0.95, 0.6, 0.95, 0.95])
     assert policy.commit_count(sure, words("so my fellow"), audio_end_s=4.0) == 3
     assert AlignAtt(0.5, sure=0.0).commit_count(new, words("so am I"), audio_end_s=4.0) == 3
 
@@ -123,7 +130,7 @@ def test_a_sentences_first_word_read_unsure_is_not_in_doubt() -> None:
     """base reads jfk's first word " and" with p 0.33: how the sentence starts, not a competing
     word; it commits at once, while an unsure word inside a sentence still waits."""
     policy, peaks = AlignAtt(0.5, sure=0.5), [0.5, 1.0, 1.5]
-    new = words("and so my", peaks, [0.33, 0.9, 0.9])  # "so" waits before the last word
+    new = words("and so my", peaks, [0.33, 0.6, 0.95])  # "so" waits: read less sure
     read = words("an")  # an earlier pass read new speech (otherwise: nothing agreed)
     assert policy.commit_count(new, read, audio_end_s=4.0) == 1  # the stream's first word
     ended, going_on = words("Americans."), words("fellow")
@@ -131,7 +138,7 @@ def test_a_sentences_first_word_read_unsure_is_not_in_doubt() -> None:
     assert policy.commit_count(new, read, audio_end_s=4.0, before=going_on[0]) == 0
     assert policy.commit_count(new, read, audio_end_s=4.0, before=words("are...")[0]) == 0
     assert in_doubt(words("Last year", None, [0.47, 0.3]), ended[0]) == [False, True]
-    assert in_doubt(words("so am I", None, [0.9, 0.36, 0.9]), None) == [False, True, False]
+    assert in_doubt(words("so am I", None, [0.95, 0.36, 0.95]), None) == [False, True, False]
 
 
 def test_make_policy() -> None:
