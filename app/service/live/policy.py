@@ -18,11 +18,11 @@ words and times in, a count out; no audio, no model.
   next pass reads "What your country"), so it commits once two passes read it, unless the
   decoder read it sure (`REREAD_BELOW`: of 956 such words held on 162 clips, tiny.en and base,
   the 14 the next pass read otherwise had p 0.03-0.85; holding the sure ones too cost ~0.2 s
-  of median lag). Nor does the
-  first reading of new speech commit alone (nothing pending: the stream's start, after a pause
-  or a cut): read on the little audio after a cut, an utterance's first words are read most
-  variably ("Watch your country", "What you are country" where a loaded server's pass fell),
-  so they wait for the next pass. A word the decoder read with low probability inside a
+  of median lag). Nor does the first reading of new speech commit alone (nothing pending: the
+  stream's start, after a pause or a cut): read on the little audio after a cut, an
+  utterance's first words are read most variably ("Watch your country", "What you are
+  country" where a loaded server's pass fell), so they wait for the next pass. A word the
+  decoder read with low probability inside a
   sentence waits, in addition, for the next pass to read it again: one pass may fall at a
   buffer length where Whisper reads it otherwise.
 
