@@ -79,6 +79,21 @@ def stream_once(
     return lags, session.text, session.stats().passes
 
 
+def speech_clips(devcorpus: slice, repo: bool = True) -> list[tuple[np.ndarray, str]]:
+    """(audio, reference) of the repo's English clips (one copy of each text; `repo`), then the
+    devcorpus clips in `devcorpus`."""
+    from app.engine.audio import decode_audio
+
+    clips, seen = [], set()
+    for entry in english_clips() if repo else []:
+        if entry["text"] not in seen:
+            seen.add(entry["text"])
+            clips.append((decode_audio(TESTDATA / entry["file"]), entry["text"]))
+    for entry in wer_paired.entries(wer_paired.CORPUS)[devcorpus]:
+        clips.append((decode_audio(wer_paired.CORPUS / entry["file"]), entry["text"]))
+    return clips
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="tiny.en,base")
@@ -93,7 +108,6 @@ def main() -> int:
                         help="print the median lag of each of the first N clips")  # fmt: skip
     args = parser.parse_args()
 
-    from app.engine.audio import decode_audio
     from app.engine.tokenizer import Tokenizer
     from app.engine.vad import SileroVad
     from app.runtime.placement import RuntimeOptions
@@ -104,13 +118,7 @@ def main() -> int:
     from app.service.transcription.transcriber import Transcriber
 
     load_before = load1()
-    clips, seen = [], set()
-    for entry in english_clips():
-        if entry["text"] not in seen:
-            seen.add(entry["text"])
-            clips.append((decode_audio(TESTDATA / entry["file"]), entry["text"]))
-    for entry in wer_paired.entries(wer_paired.CORPUS)[: args.devcorpus]:
-        clips.append((decode_audio(wer_paired.CORPUS / entry["file"]), entry["text"]))
+    clips = speech_clips(slice(0, args.devcorpus))
     refs = [text for _, text in clips]
     vad = SileroVad.load(MODELS_DIR / "silero_vad.onnx")
     rows = []

@@ -18,11 +18,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks import wer_paired
-from benchmarks.common import MODELS_DIR, TESTDATA, english_clips
-from benchmarks.live_policy_tuning import stream_once
+from benchmarks.common import MODELS_DIR
+from benchmarks.live_policy_tuning import speech_clips, stream_once
 
 ALWAYS = 1.01  # above any probability: every candidate is held
 
@@ -56,20 +53,6 @@ class HeldWords:
         return count
 
 
-def clips(repo: bool, devcorpus: str) -> list[np.ndarray]:
-    from app.engine.audio import decode_audio
-
-    out, seen = [], set()
-    for entry in english_clips() if repo else []:
-        if entry["text"] not in seen:
-            seen.add(entry["text"])
-            out.append(decode_audio(TESTDATA / entry["file"]))
-    first, last = (int(x) for x in devcorpus.split(":"))
-    for entry in wer_paired.entries(wer_paired.CORPUS)[first:last]:
-        out.append(decode_audio(wer_paired.CORPUS / entry["file"]))
-    return out
-
-
 def main() -> None:
     from app.engine.tokenizer import Tokenizer
     from app.engine.vad import SileroVad
@@ -85,7 +68,8 @@ def main() -> None:
     parser.add_argument("--edge", type=float, default=0.5)
     parser.add_argument("--out", type=Path, default=None, help="every held word (JSON)")
     args = parser.parse_args()
-    audio = clips(args.repo_clips, args.devcorpus)
+    first, last = (int(x) for x in args.devcorpus.split(":"))
+    audio = [samples for samples, _ in speech_clips(slice(first, last), args.repo_clips)]
     vad = SileroVad.load(MODELS_DIR / "silero_vad.onnx")
     found = {}
     for model in args.models.split(","):

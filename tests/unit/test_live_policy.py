@@ -117,7 +117,7 @@ def test_alignatt_commits_an_unsure_word_when_two_passes_read_it() -> None:
     it; confident words before it commit at once."""
     policy, peaks = AlignAtt(0.5, sure=0.5), [0.5, 1.0, 1.5, 2.0]
     new = words("so am I fellow", peaks, [0.95, 0.36, 0.95, 0.95])
-    assert policy.commit_count(new, [], audio_end_s=4.0) == 0  # "am" waits, and "so" before it
+    assert policy.commit_count(new, [], audio_end_s=4.0) == 0  # a first reading: nothing alone
     assert policy.commit_count(new, words("so my fellow"), audio_end_s=4.0) == 1
     assert policy.commit_count(new, words("so am"), audio_end_s=4.0) == 3  # read twice
     assert policy.commit_count(new, words("so am I"), audio_end_s=4.0) == 3
