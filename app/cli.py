@@ -24,6 +24,7 @@ from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad, VadModelError
 from app.export.errors import BuildError
 from app.export.vad import ensure_sequence_graphs
+from app.runtime.blas import quiet_blas
 from app.runtime.contract import ContractError
 from app.runtime.memory import tune_malloc
 from app.runtime.placement import (
@@ -273,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     tune_malloc()
+    quiet_blas()
     try:
         if args.command == "transcribe":
             return transcribe_command(args)

@@ -41,6 +41,7 @@ from app.export import names
 from app.export.child import ChildBuildError, obtain_in_child
 from app.export.errors import BuildError
 from app.export.vad import ensure_sequence_graphs
+from app.runtime.blas import quiet_blas
 from app.runtime.graphs import compile_counts
 from app.runtime.memory import release_free_memory, tune_malloc
 from app.runtime.placement import RuntimeOptions
@@ -307,6 +308,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level)
     tune_malloc()
+    quiet_blas()
 
     app = FastAPI(
         title="stt-openvino",

@@ -20,6 +20,8 @@ from pathlib import Path
 from app.engine.audio import decode_audio
 from app.engine.tokenizer import Tokenizer
 from app.engine.vad import VAD_FILE, SileroVad
+from app.runtime.blas import quiet_blas
+from app.runtime.memory import tune_malloc
 from app.runtime.placement import RuntimeOptions
 from app.runtime.sessions import WhisperSessions
 from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
@@ -103,6 +105,8 @@ class Engine:
 
 
 def main() -> None:
+    tune_malloc()  # the process settings `python -m app transcribe` makes
+    quiet_blas()
     engine = Engine()
     serve({"load": engine.load, "transcribe": engine.transcribe})
 
