@@ -92,3 +92,30 @@ def launch_server(
         time.sleep(0.2)
     server.stop()
     raise SystemExit("server did not become healthy")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A server to compare: a label, its settings (STT_* and other variables), the source tree
+    it runs from and its model folders (None: the benchmark's)."""
+
+    label: str
+    settings: dict[str, str]
+    checkout: Path = REPO
+    models_dir: Path | None = None
+
+
+VARIANT_HELP = (
+    "LABEL:KEY=V,... a server with these settings, e.g. pause0:STT_STREAM_PAUSE_S=0; two keys "
+    "are the benchmark's: checkout=DIR runs that server from another source tree (a git worktree "
+    "of an older commit), models_dir=DIR gives it its own model folders"
+)
+
+
+def parse_variant(spec: str) -> Variant:
+    """A `--variant` argument (`VARIANT_HELP`)."""
+    label, _, text = spec.partition(":")
+    settings = dict(item.split("=", 1) for item in text.split(",") if item)
+    checkout = Path(settings.pop("checkout", REPO))
+    models_dir = settings.pop("models_dir", None)
+    return Variant(label, settings, checkout, Path(models_dir) if models_dir else None)

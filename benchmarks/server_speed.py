@@ -26,6 +26,7 @@ import functools
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -34,9 +35,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks import common
 from benchmarks.batching import post
 from benchmarks.common import REPO
-from benchmarks.server import Server, launch_server
+from benchmarks.server import VARIANT_HELP, Server, launch_server, parse_variant
 
 OURS = "ours (server)"
+# a pause before each measured call: the last system's worker threads have gone to sleep (Intel
+# OpenMP's, faster-whisper's, spin 200 ms after a call; OpenBLAS's ~0.1 s), not spinning on the
+# cores the next one measures on
+SETTLE_S = 0.5
 CLIPS = {"earnings60": lambda: common.EARNINGS, "long10m": common.long_clip}
 
 
@@ -76,6 +81,13 @@ def parse_args() -> argparse.Namespace:
         "--checkout", type=Path, default=REPO, help="run the server from this source tree"
     )
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="another of our servers, alternated with the others (its column, and ours ÷ it): "
+        + VARIANT_HELP,
+    )
     common.add_args(p)
     return p.parse_args()
 
@@ -85,17 +97,26 @@ def measure(model: str, args: argparse.Namespace) -> list[dict]:
     if args.device == "NPU":
         settings["STT_NPU_EMULATION"] = "true"
     server = launch_server(model, args.models_dir, settings, checkout=args.checkout)
-    peers = [common.Worker(model, c, args.threads) for c in common.parse_configs(args.peers)]
+    variants = {}
+    peers = []
     try:
+        for v in map(parse_variant, args.variant):
+            variants[v.label] = launch_server(
+                model, v.models_dir or args.models_dir, settings | v.settings, v.checkout
+            )
+        peers = [common.Worker(model, c, args.threads) for c in common.parse_configs(args.peers)]
         with httpx.Client(timeout=1800, trust_env=False) as client:
             return [
-                measure_cell(model, CLIPS[clip](), int(beam), args.runs, client, server, peers)
+                measure_cell(
+                    model, CLIPS[clip](), int(beam), args.runs, client, server, peers, variants
+                )
                 | {"clip": clip}
                 for clip in args.clips.split(",")
                 for beam in args.beams.split(",")
             ]
     finally:
-        server.stop()
+        for running in (server, *variants.values()):
+            running.stop()
         for peer in peers:
             peer.close()
 
@@ -108,6 +129,7 @@ def measure_cell(
     client: httpx.Client,
     server: Server,
     peers: list[common.Worker],
+    variants: dict[str, Server],
 ) -> dict:
     """One clip at one beam size: a warm-up each, then `runs` alternating rounds."""
     audio = path.read_bytes()
@@ -125,7 +147,14 @@ def measure_cell(
         out = peer.transcribe(path, beam)
         return out["total_s"], out["text"]
 
-    systems = {OURS: ours} | {p.config.label: functools.partial(theirs, p) for p in peers}
+    def variant(other: Server) -> tuple[float, str]:
+        return post(client, other.url, audio, model, beam)
+
+    systems = (
+        {OURS: ours}
+        | {label: functools.partial(variant, other) for label, other in variants.items()}
+        | {p.config.label: functools.partial(theirs, p) for p in peers}
+    )
     load = common.load1()
     for run in systems.values():
         run()  # warm-up
@@ -134,6 +163,7 @@ def measure_cell(
     texts: dict[str, str] = {}
     for r in range(runs):
         for name in common.rotate(list(systems), r):
+            time.sleep(SETTLE_S)
             seconds, texts[name] = systems[name]()
             times[name].append(seconds)
             print(f"[{model}] {path.name} beam {beam} {name}: {seconds:.2f} s", file=sys.stderr)
@@ -158,7 +188,8 @@ def main() -> None:
         )
     load = common.start_load(args)
     rows = [row for m in args.models.split(",") for row in measure(m, args)]
-    peers = [c.label for c in common.parse_configs(args.peers)]
+    peers = [parse_variant(v).label for v in args.variant]
+    peers += [c.label for c in common.parse_configs(args.peers)]
     held = f", every system held to {args.isa}" if args.isa else ""
     if args.device == "NPU":
         held += (
@@ -166,6 +197,7 @@ def main() -> None:
             "(STT_NPU_EMULATION: every shape compiled at start-up, the static cache with prompts "
             "in 32-token chunks, batching on the row counts compiled for it)"
         )
+    held += "".join(f"; beside ours the server `{spec}`" for spec in args.variant)
     lines = common.header(
         "Through the server: one REST request vs " + " and ".join(peers),
         load,

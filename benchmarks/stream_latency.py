@@ -44,7 +44,7 @@ import httpx
 import numpy as np
 
 from benchmarks.common import AUDIO, REPO, clip_reference, header, load1, wer
-from benchmarks.server import launch_server
+from benchmarks.server import VARIANT_HELP, launch_server, parse_variant
 
 CLIPS = {
     "jfk": AUDIO / "jfk.wav",
@@ -339,11 +339,8 @@ def main() -> int:
         help="STT_STREAM_POLICY values, run side by side (default: %(default)s)",
     )
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL:STT_X=V,...",
-                        help="compare servers with these settings instead of --policies, e.g. "
-                        "--variant pause0:STT_STREAM_PAUSE_S=0; two keys are the benchmark's: "
-                        "checkout=DIR runs that server from another source tree (a git worktree "
-                        "of an older commit), models_dir=DIR gives it its own model folders",
-                        )  # fmt: skip
+                        help="compare servers with these settings instead of --policies: "
+                        + VARIANT_HELP)  # fmt: skip
     parser.add_argument("--streams", default="1", help="comma list of concurrent streams")
     parser.add_argument("--repeats", type=int, default=2, help="runs per clip (default 2)")
     parser.add_argument("--models-dir", type=Path, default=REPO / "models")
@@ -354,22 +351,20 @@ def main() -> int:
     parser.add_argument("--words", action="store_true", help="print each word's latency")
     args = parser.parse_args()
     extra_env = dict(item.split("=", 1) for item in args.env)
-    variants = {p: {"STT_STREAM_POLICY": p} for p in args.policies.split(",")}
-    if args.variant:
-        variants = {}
-        for spec in args.variant:
-            label, _, settings = spec.partition(":")
-            variants[label] = dict(item.split("=", 1) for item in settings.split(",") if item)
-    policies = list(variants)
-    checkouts = {p: Path(variants[p].pop("checkout", REPO)) for p in policies}
-    models_dirs = {p: Path(variants[p].pop("models_dir", args.models_dir)) for p in policies}
+    variants = [
+        parse_variant(spec)
+        for spec in args.variant or [f"{p}:STT_STREAM_POLICY={p}" for p in args.policies.split(",")]
+    ]
+    policies = [v.label for v in variants]
     load_before = load1()
 
     rows = []
     for model in args.models.split(","):
         servers = {
-            p: launch_server(model, models_dirs[p], {**extra_env, **variants[p]}, checkouts[p])
-            for p in policies
+            v.label: launch_server(
+                model, v.models_dir or args.models_dir, {**extra_env, **v.settings}, v.checkout
+            )
+            for v in variants
         }
         try:
             for clip in args.clips.split(","):
