@@ -1,7 +1,7 @@
 """What Whisper's temperature fallback and the previous text as a prompt cost and buy on the 10 min
-clip: one model in process with the server's defaults (the VAD on, greedy, seed 0),
-the clip transcribed with the service's defaults, without the fallback (one greedy attempt a
-window), without the prompt (`condition_on_previous_text` off), and without either.
+clip: one model in process (`benchmarks.our_worker`'s engine, the VAD on, greedy, seed 0), the
+clip transcribed with the service's defaults, without the fallback (one greedy attempt a window),
+without the prompt (`condition_on_previous_text` off), and without either.
 
     python -m benchmarks.long_options --model tiny.en
 
@@ -29,23 +29,18 @@ def main() -> None:
     p.add_argument("--models-dir", default=str(common.REPO / "models"))
     args = p.parse_args()
 
-    from pathlib import Path
-
     from app.engine.audio import decode_audio
-    from app.engine.tokenizer import Tokenizer
-    from app.engine.vad import VAD_FILE, SileroVad
     from app.runtime.blas import quiet_blas
     from app.runtime.memory import tune_malloc
-    from app.runtime.placement import RuntimeOptions
-    from app.runtime.sessions import WhisperSessions
-    from app.service.transcription.transcriber import Transcriber, TranscriptionOptions
+    from app.service.transcription.transcriber import TranscriptionOptions
+    from benchmarks.our_worker import Engine
 
     tune_malloc()
     quiet_blas()
-    folder = Path(args.models_dir) / args.model
-    sessions = WhisperSessions.load(folder, RuntimeOptions(threads=2, inference_precision="auto"))
-    vad = SileroVad.load(folder.parent / VAD_FILE)
-    transcriber = Transcriber(sessions, Tokenizer.from_folder(folder, sessions.manifest), vad=vad)
+    engine = Engine()
+    engine.load(f"{args.models_dir}/{args.model}", "openvino", "auto", threads=2)
+    transcriber = engine.transcriber
+    assert transcriber is not None
     clip = common.long_clip()
     audio, reference = decode_audio(str(clip)), clip.with_suffix(".txt").read_text()
     print(common.machine_line())
