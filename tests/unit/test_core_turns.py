@@ -97,6 +97,28 @@ def test_encoder_does_not_wait_for_an_idle_decoder() -> None:
     assert done.wait(5), "encoder calls waited for an idle decoder lane"
 
 
+def test_an_encoder_call_starts_at_once_when_the_decoder_lane_says_it_is_idle() -> None:
+    """Right after a step the decoder lane may step again, so an encoder call whose share has
+    not come waits; once the lane says it has no step to run (its only decode moved on to its
+    next window's encoder call), the call starts without waiting `idle_s`."""
+    clock = WorkClock()  # frozen from here on: only `decoder_idle` can let the call start
+    turns = CoreTurns(0.5, idle_s=0.02, clock=clock)
+    with turns.encoder():
+        clock.now += ENCODE_S  # the next encoder call's share comes ENCODE_S later
+    with turns.decoder():
+        clock.now += STEP_S
+    started = threading.Event()
+
+    def encode() -> None:
+        with turns.encoder():
+            started.set()
+
+    threading.Thread(target=encode, daemon=True).start()
+    assert not started.wait(0.2), "the encoder call did not wait for a busy decoder lane"
+    turns.decoder_idle()
+    assert started.wait(5), "the encoder call waited for an idle decoder lane"
+
+
 def test_calls_on_real_time_never_overlap() -> None:
     """The system clock and real work: still one call at a time, and both lanes finish."""
     turns = CoreTurns(0.5)

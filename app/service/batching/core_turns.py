@@ -24,7 +24,8 @@ class CoreTurns:
         steps keep coming: after an encoder call of E seconds, the next one may start
         E * (1 - share) / share seconds later (1 = whenever the cores are free).
     idle_s: the decoder lane counts as idle when it is not waiting for a turn and has not had
-        one for this long; an encoder call then does not wait for its share.
+        one for this long, or from when it says it has no step to run (`decoder_idle`); an
+        encoder call then does not wait for its share.
     """
 
     def __init__(
@@ -82,6 +83,13 @@ class CoreTurns:
                 self._busy = False
                 self._cond.notify_all()
 
+    def decoder_idle(self) -> None:
+        """The decoder lane has no step to run (every task is away or done): an encoder call
+        may start now, without waiting `idle_s` for steps that are not coming."""
+        with self._cond:
+            self._decoder_end = -math.inf
+            self._cond.notify_all()
+
     @contextlib.contextmanager
     def decoder(self) -> Iterator[None]:
         """Hold the cores for one decoder step; yields to an encoder call whose turn it is."""
@@ -114,3 +122,6 @@ class FreeCores:
     @contextlib.contextmanager
     def decoder(self) -> Iterator[None]:
         yield
+
+    def decoder_idle(self) -> None:
+        pass

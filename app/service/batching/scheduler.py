@@ -266,6 +266,10 @@ class BatchingSessions:
         scratch = InputScratch()
         while True:
             with self._cond:
+                idle = not self._waiting
+            if idle:  # no step to run: an encoder call need not wait for one
+                self.turns.decoder_idle()
+            with self._cond:
                 while not self._waiting and not self._closed:
                     if not self._cond.wait(IDLE_RELEASE_S):  # idle: hand the memory back
                         stacked.clear()
@@ -293,6 +297,11 @@ class BatchingSessions:
         `logits_at` are batched (T = 1: the steps; T > 1: prompts' prefills), each such
         shape on its own.
         stacked: this lane's stacked cross K/V, by group membership; scratch: its input arrays."""
+        if len(calls) == 1:  # a lone call runs as it is (packing would give it alone too)
+            self._decode_alone(calls[0])
+            stacked.clear()
+            scratch.drop_unused()
+            return
         opts = self.options
         slab = self._encoder.slab
         if slab is not None:
