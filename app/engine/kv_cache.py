@@ -199,6 +199,7 @@ class _SlotCache(KVCache):
         super().__init__(sessions, cross, batch)
         self.buffers = self._zeros(self._positions_for(0))  # [past_k_0, past_v_0, ...]
         self._order: np.ndarray | None = None  # pending beam reorder of the filled slots
+        self._step_inputs: tuple[np.ndarray, ...] = ()  # `_step`'s arrays, for these buffers
 
     @abstractmethod
     def _positions_for(self, needed: int) -> int:
@@ -227,6 +228,13 @@ class _SlotCache(KVCache):
     def forward_steps(
         self, tokens: np.ndarray, positions: Sequence[int] = (-1,)
     ) -> Steps[np.ndarray]:
+        if (
+            tokens.ndim == 2
+            and tokens.shape[0] == self.batch
+            and tokens.shape[1] == self.length + 1 <= self.capacity
+            and tuple(positions) == (-1,)
+        ):
+            return (yield from self._step(tokens[:, -1]))
         n, absolute, out = self._start_forward(tokens, positions)
         # in calls of at most tokens_per_call new positions (a concat cache: one call)
         for chunk_start in range(self.length, n, self.tokens_per_call):
@@ -255,6 +263,34 @@ class _SlotCache(KVCache):
             for i, j in covered:
                 out[:, i] = logits[:, j]
         return out
+
+    def _step(self, new_ids: np.ndarray) -> Steps[np.ndarray]:
+        """One new token per row, logits at it (a decode loop's steady state): the call the
+        general path makes, its input arrays kept from step to step and written in place, so
+        the runtime's binding of them holds (no new tensors per step). new_ids i64 [B]."""
+        self._make_room(1)
+        at, held = self.length, self.held
+        if not self._step_inputs or self._step_inputs[2].shape[1] != held + 1:
+            rows = self.batch
+            self._step_inputs = (
+                np.zeros((rows, 1), np.int64),  # input_ids
+                np.zeros((rows, 1), np.int64),  # position_ids
+                np.zeros((rows, held + 1), np.int64),  # attention_mask: filled slots + new
+                np.zeros(1, np.int64),  # logits_at: the new position
+            )
+        input_ids, position_ids, mask, logits_at = self._step_inputs
+        input_ids[:, 0] = new_ids
+        position_ids.fill(min(at, self.capacity - 1))
+        mask[:, :at] = 1
+        mask[:, at:held] = 0
+        mask[:, held] = 1
+        logits, new = yield from self._decode_steps(
+            input_ids, position_ids, mask, self.buffers, logits_at
+        )
+        for buf, k in zip(self.buffers, new, strict=True):
+            buf[:, :, at] = k[:, :, 0]
+        self.length = at + 1
+        return logits
 
     def _call_width(self, tokens: int) -> tuple[int, int]:
         """(T, K) of a call feeding `tokens` new tokens: the new positions it feeds (the real
