@@ -154,8 +154,8 @@ class SileroVad:
 
     @classmethod
     def load(cls, path: Path | str) -> SileroVad:
-        """Load `silero_vad.onnx` on ONNX Runtime's CPU provider: the graph itself with one
-        thread (it is tiny; streams call it chunk by chunk) and its sequence graphs for whole
+        """Load `silero_vad.onnx` on ONNX Runtime's CPU provider, one thread each: the graph
+        itself (it is tiny; streams call it chunk by chunk) and its sequence graphs for whole
         clips (`app.engine.vad_sequence`), built beside it at `make models`."""
         path = Path(path)
         for needed in (path, *(sequence_file(path, rate) for rate in RATES)):
@@ -167,8 +167,9 @@ class SileroVad:
         t0 = time.perf_counter()
         try:
             graph = OrtGraph(path, threads=1)
-            # a VAD pass is a burst between decoder calls: no worker spinning after it
-            sequences = {r: OrtGraph(sequence_file(path, r), 2, spinning=False) for r in RATES}
+            # one thread: the LSTM steps chunk after chunk, and a second thread's hand-offs cost
+            # more than it gives (60 s: 32 vs 36 ms, the same probabilities)
+            sequences = {r: OrtGraph(sequence_file(path, r), 1) for r in RATES}
         except Exception as e:  # onnxruntime raises its own exception types
             raise VadModelError(f"could not load the VAD model {path}: {e}") from e
         vad = cls(graph, path, SequencePass(sequences))

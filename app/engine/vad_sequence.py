@@ -6,8 +6,9 @@ over the chunk sequence, in one graph call per `BLOCK_CHUNKS` chunks (the state 
 block to block). The probabilities are the sequential pass's, chunk for chunk (to float rounding,
 ~1e-6).
 
-Per 60 s of 16 kHz audio on 2 cores (AMD EPYC, bf16): the graph ~22-25 ms and the whole pass
-(gains, the narrowband check) ~32 ms, against ~110 ms for the same clip as parallel lanes of
+Per 60 s of 16 kHz audio (AMD EPYC, 2 cores): the graph ~22-32 ms on one thread (a second
+thread makes it slower: ~36 ms, the same probabilities) and the whole pass (gains, the
+narrowband check) ~32-45 ms, against ~110 ms for the same clip as parallel lanes of
 chunk-by-chunk calls and ~490 ms as one chunk per call; 10 min: ~310 ms (lanes: ~1.08 s). Blocks
 of 256 chunks: as fast as 1024 (4096 was ~15 % slower on 10 min, its intermediates out of the
 cache), and a server keeps ~8 MB after a 60 s pass instead of ~30 MB (the allocator keeps what a
