@@ -104,7 +104,9 @@ def stateful_decoder(path: Path, dims, growing: bool):
 class Stateful:
     """One stateful graph compiled on a device; `decode` runs the greedy loop."""
 
-    def __init__(self, folder: Path, dims, device: str, growing: bool, threads: int) -> None:
+    def __init__(
+        self, folder: Path, dims, device: str, growing: bool, threads: int, precision: str
+    ) -> None:
         import openvino as ov
 
         from app.runtime.placement import (
@@ -114,8 +116,8 @@ class Stateful:
         )
 
         model = stateful_decoder(folder / "decoder.onnx", dims, growing)
-        # as the service's explicit graphs: f32, no activation quantization
-        properties = openvino_properties(device, "f32", "off", threads, npu_emulation=True)
+        # as the service's explicit graphs, no activation quantization
+        properties = openvino_properties(device, precision, "off", threads, npu_emulation=True)
         core = ov.Core()
         if device == "NPU":
             core.set_property("CPU", NPU_EMULATION_WORKER | int8_input_properties())
@@ -146,7 +148,8 @@ class Stateful:
         names = encoder_output_names(self.dims.n_text_layer)
         for state in request.query_state():  # the window's cross K/V, once
             if state.name in names:
-                state.state = ov.Tensor(np.ascontiguousarray(cross[names.index(state.name)]))
+                value = cross[names.index(state.name)].astype(np.float32)  # f32 variables
+                state.state = ov.Tensor(np.ascontiguousarray(value))
         slots = self.dims.n_text_ctx
         tokens = np.array([prompt] * rows, np.int64)
         done, out, times, handed = 0, [], [], 0
@@ -196,7 +199,9 @@ def explicit(sessions, prompt: list[int], cross, rows: int, steps: int, mode: st
     return out, times, cache.handed_nbytes / cache.calls
 
 
-def measure(model: str, threads: int, runs: int, steps: int) -> list[list]:
+def measure(model: str, threads: int, runs: int, steps: int, precision: str) -> list[list]:
+    """precision "f32": the CPU and the NPU (its CPU worker computes f32); otherwise the CPU
+    only, at that precision ("auto": the service's CPU path, bf16 where native)."""
     from app.engine.audio import decode_audio
     from app.engine.mel import log_mel_spectrogram, pad_or_trim
     from app.runtime.contract import Manifest
@@ -213,8 +218,9 @@ def measure(model: str, threads: int, runs: int, steps: int) -> list[list]:
     audio = decode_audio(common.EARNINGS)
     mel = pad_or_trim(log_mel_spectrogram(audio, dims.n_mels))[None].astype(np.float32)
     setups, cross = {}, []
-    for device, mode in (("CPU", "concat"), ("NPU", "static")):
-        options = RuntimeOptions(device=device, threads=threads, inference_precision="f32",
+    devices = ("CPU", "NPU") if precision == "f32" else ("CPU",)
+    for device, mode in (("CPU", "concat"), ("NPU", "static"))[: len(devices)]:
+        options = RuntimeOptions(device=device, threads=threads, inference_precision=precision,
                                  activation_quantization="off",
                                  npu_emulation=device == "NPU")  # fmt: skip
         sessions = WhisperSessions.load(folder, options)
@@ -222,9 +228,9 @@ def measure(model: str, threads: int, runs: int, steps: int) -> list[list]:
         setups[f"{device}, explicit ({mode} cache)"] = lambda rows, s=sessions, m=mode, c=cross: (
             explicit(s, prompt, c, rows, steps, m)
         )
-    for device in ("CPU", "NPU"):
+    for device in devices:
         for growing in (True, False) if device == "CPU" else (False,):
-            graph = Stateful(folder, dims, device, growing, threads)
+            graph = Stateful(folder, dims, device, growing, threads, precision)
             name = f"{device}, stateful ({'growing' if growing else '448 slots'})"
             setups[name] = lambda rows, g=graph: g.decode(prompt, cross, rows, steps)
     seen: dict[tuple[str, int], dict] = {}
@@ -261,17 +267,27 @@ def main() -> None:
     p.add_argument("--models", default="tiny.en,base")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--steps", type=int, default=60)
+    p.add_argument(
+        "--precision",
+        default="f32",
+        help="f32: CPU and NPU (its worker computes f32); auto/bf16: the CPU only, as the "
+        "service's CPU path computes",
+    )
     p.add_argument("--out-name", default="stateful_step.md")
     common.add_args(p)
     args = p.parse_args()
     load = common.start_load(args)
-    rows = [r for m in args.models.split(",") for r in measure(m, args.threads, args.runs,
-                                                              args.steps)]  # fmt: skip
+    rows = [
+        r
+        for m in args.models.split(",")
+        for r in measure(m, args.threads, args.runs, args.steps, args.precision)
+    ]
     lines = common.header(
         "A decoder step: K/V as OpenVINO state vs handed per call, CPU and NPU (NPUW on the CPU)",
         load,
         [
-            f"{args.threads} threads, f32, {args.steps} greedy steps on the first window of the "
+            f"{args.threads} threads, {args.precision}, {args.steps} greedy steps on the first "
+            "window of the "
             f"60 s earnings clip, medians of {args.runs} alternating rounds after a warm-up. "
             "Same tokens = the first row's tokens equal the CPU explicit path's at 1 row.",
         ],
