@@ -74,6 +74,10 @@ OPENAI_MODEL_ALIASES = (
 UPLOAD_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 SHUTDOWN_DRAIN_S = 30.0  # most time shutdown waits for running (already cancelled) jobs
 STREAM_DRAIN_S = 30.0  # most time a signal waits for live sessions to end before shutdown
+# the free heap goes back to the system once no job has come for this long: requests that follow
+# each other keep the warm heap (trimmed after each, the next one page-faulted its buffers back:
+# ~3 % of a 60 s request, benchmarks/results/genai_cpu.md), an idle server its small footprint
+HEAP_IDLE_S = 5.0
 
 
 def configure_logging(level: str) -> None:
@@ -325,6 +329,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.max_queue,
         threads=settings.thread_count,
         on_idle=release_free_memory,
+        idle_delay_s=HEAP_IDLE_S,
     )
     collector.bind_pool(pool)
     collector.bind_compiles(compile_counts)

@@ -13,10 +13,11 @@ are rarely returned to the system. The settings here:
   to 270 000 (base) per 60 s request, 16-19 % of its time; at 4 MiB the 25-row steps still were
   (the 10 min clip through the server, tiny.en: 15.2-15.3 -> 14.6-15.1 s greedy, 22.9-24.1 ->
   22.0-22.6 s beam 5; benchmarks/results/server_speed_epyc_bf16.md).
-- trim threshold 32 MiB, and `release_free_memory` when the server goes idle and after a model's
-  load: the heap keeps what a request reuses while it runs and gives its free pages back between
-  requests, so RSS after a request stays where it was (the peak during a load is 20-40 MB
-  higher).
+- trim threshold 32 MiB, and `release_free_memory` once the server has been idle a few seconds
+  (`app.main.HEAP_IDLE_S`) and after a model's load: the heap keeps what requests reuse while
+  they come and gives its free pages back when they stop, so RSS after a burst of requests goes
+  back to where it was (the peak during a load is 20-40 MB higher). Trimmed after every request,
+  the next one page-faulted its buffers back in (~3 % of a 60 s request's time).
 - two arenas.
 
 The same can be set with MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_ARENA_MAX before

@@ -64,11 +64,14 @@ class WorkerPool:
         threads: int = 0,
         name: str = "stt-worker",
         on_idle: Callable[[], None] | None = None,
+        idle_delay_s: float = 0.0,
     ) -> None:
-        """`on_idle` runs once a job finishes and none is left running or waiting (the server
-        gives its free heap back to the system then), where the job's future completes: its
-        worker thread, the thread that ended its handed-on work, or the caller's thread for a
-        waiting job that was dropped."""
+        """`on_idle` runs once no job has been running or waiting for `idle_delay_s` seconds
+        (the server gives its free heap back to the system then: requests that follow each
+        other keep reusing the warm heap, an idle server its small footprint), on a timer
+        thread; with no delay, as soon as the last job finishes, where its future completes:
+        its worker thread, the thread that ended its handed-on work, or the caller's thread for
+        a waiting job that was dropped."""
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if max_queue < 0:
@@ -86,6 +89,8 @@ class WorkerPool:
         self._slots = threading.Semaphore(workers)
         self._closed = False
         self._on_idle = on_idle
+        self._idle_delay_s = idle_delay_s
+        self._idle_timer: threading.Timer | None = None  # the wait before `on_idle`
         self._mean_job_s = 2.0  # running mean of job durations, for Retry-After
         self._finish_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
@@ -120,6 +125,7 @@ class WorkerPool:
                     retry_after_s=retry,
                 )
             self._pending += 1
+            self._cancel_idle_timer_locked()
         try:
             future = self._executor.submit(self._run, fn)
         except RuntimeError as e:  # executor shut down between the check and here
@@ -144,6 +150,7 @@ class WorkerPool:
         """Refuse new jobs, drop waiting ones, optionally wait for running ones."""
         with self._lock:
             self._closed = True
+            self._cancel_idle_timer_locked()
         self._executor.shutdown(wait=wait, cancel_futures=True)
 
     # ---- internals --------------------------------------------------------------------------
@@ -211,11 +218,39 @@ class WorkerPool:
         for loop, event in waiters:
             with contextlib.suppress(RuntimeError):  # that loop is closed
                 loop.call_soon_threadsafe(event.set)
-        if idle and self._on_idle is not None:
-            try:
-                self._on_idle()
-            except Exception:  # never the job's error
-                log.exception("the pool's idle hook failed")
+        if not idle or self._on_idle is None:
+            return
+        if self._idle_delay_s <= 0:
+            self._run_idle_hook()
+            return
+        with self._lock:
+            if self._pending or self._closed:
+                return
+            self._cancel_idle_timer_locked()
+            timer = threading.Timer(self._idle_delay_s, self._idle_for_a_while)
+            timer.daemon = True
+            self._idle_timer = timer
+        timer.start()
+
+    def _idle_for_a_while(self) -> None:
+        """The idle timer fired: the hook, unless a job came meanwhile (which cancelled it)."""
+        with self._lock:
+            if self._idle_timer is not threading.current_thread() or self._pending:
+                return
+            self._idle_timer = None
+        self._run_idle_hook()
+
+    def _cancel_idle_timer_locked(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _run_idle_hook(self) -> None:
+        assert self._on_idle is not None
+        try:
+            self._on_idle()
+        except Exception:  # never the job's error
+            log.exception("the pool's idle hook failed")
 
     def _full_locked(self) -> bool:
         return self._pending >= self.workers + self.max_queue

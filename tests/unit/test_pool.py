@@ -193,6 +193,35 @@ def test_the_idle_hook_runs_when_the_last_running_or_waiting_job_is_done() -> No
         pool.shutdown()
 
 
+def test_with_a_delay_the_idle_hook_waits_until_no_job_has_come_for_that_long() -> None:
+    """A job that comes within the delay keeps the heap (requests that follow each other reuse
+    it); the hook runs once, a delay after the last job. Job 2 comes at once after job 1 and
+    runs ~1.5 s: had job 1's wait not been called off, the hook would run at ~2 s, while the
+    check below watches ~1.5-2.6 s; job 2's own wait ends at ~3.5 s."""
+    idle = threading.Event()
+    calls: list[int] = []
+
+    def on_idle() -> None:
+        calls.append(pool.stats().active + pool.stats().queued)
+        idle.set()
+
+    pool = WorkerPool(workers=1, max_queue=1, on_idle=on_idle, idle_delay_s=2.0)
+    gate = threading.Event()
+    try:
+        assert pool.submit(lambda: "first").result(5) == "first"
+        second = pool.submit(blocker(gate))
+        time.sleep(1.5)
+        gate.set()
+        assert second.result(5) == "done"
+        assert not idle.wait(1.1), "the hook ran within the delay after the last job"
+        assert idle.wait(5), "the hook never ran"
+        time.sleep(0.2)
+        assert calls == [0]
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
 def test_a_job_that_hands_its_work_on_frees_its_thread_and_keeps_its_place() -> None:
     """A job whose function returns a future (its model work goes on elsewhere) frees its
     thread at once but runs, in its place among the `workers`, until that work ends: with two
