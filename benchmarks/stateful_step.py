@@ -219,7 +219,8 @@ def measure(model: str, threads: int, runs: int, steps: int, precision: str) -> 
     mel = pad_or_trim(log_mel_spectrogram(audio, dims.n_mels))[None].astype(np.float32)
     setups, cross = {}, []
     devices = ("CPU", "NPU") if precision == "f32" else ("CPU",)
-    for device, mode in (("CPU", "concat"), ("NPU", "static"))[: len(devices)]:
+    for device in devices:
+        mode = {"CPU": "concat", "NPU": "static"}[device]
         options = RuntimeOptions(device=device, threads=threads, inference_precision=precision,
                                  activation_quantization="off",
                                  npu_emulation=device == "NPU")  # fmt: skip
@@ -287,8 +288,8 @@ def main() -> None:
         load,
         [
             f"{args.threads} threads, {args.precision}, {args.steps} greedy steps on the first "
-            "window of the "
-            f"60 s earnings clip, medians of {args.runs} alternating rounds after a warm-up. "
+            f"window of the 60 s earnings clip, medians of {args.runs} alternating rounds after a "
+            "warm-up. "
             "Same tokens = the first row's tokens equal the CPU explicit path's at 1 row.",
         ],
     )

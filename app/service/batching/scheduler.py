@@ -266,10 +266,8 @@ class BatchingSessions:
         scratch = InputScratch()
         while True:
             with self._cond:
-                idle = not self._waiting
-            if idle:  # no step to run: an encoder call need not wait for one
-                self.turns.decoder_idle()
-            with self._cond:
+                if not self._waiting:  # no step to run: an encoder call need not wait for one
+                    self.turns.decoder_idle()  # (its lock is never held while taking this one)
                 while not self._waiting and not self._closed:
                     if not self._cond.wait(IDLE_RELEASE_S):  # idle: hand the memory back
                         stacked.clear()
