@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 
 from app.engine.audio import is_narrowband, resample
-from app.engine.vad_sequence import SequencePass, sequence_file
+from app.engine.vad_sequence import PARTS, SequencePass, sequence_file
 from app.runtime.contract import SAMPLE_RATE
 from app.runtime.graphs import Graph, OrtGraph
 
@@ -158,7 +158,8 @@ class SileroVad:
         itself (it is tiny; streams call it chunk by chunk) and its sequence graphs for whole
         clips (`app.engine.vad_sequence`), built beside it at `make models`."""
         path = Path(path)
-        for needed in (path, *(sequence_file(path, rate) for rate in RATES)):
+        sequence = {rate: [sequence_file(path, rate, part) for part in PARTS] for rate in RATES}
+        for needed in (path, *(f for files in sequence.values() for f in files)):
             if not needed.is_file():
                 raise VadModelError(
                     f"VAD model file {needed} not found: build it with `make models` "
@@ -167,9 +168,11 @@ class SileroVad:
         t0 = time.perf_counter()
         try:
             graph = OrtGraph(path, threads=1)
-            # one thread: the LSTM steps chunk after chunk, and a second thread's hand-offs cost
-            # more than it gives (60 s: 32 vs 36 ms, the same probabilities)
-            sequences = {r: OrtGraph(sequence_file(path, r), 1) for r in RATES}
+            # one thread each: the LSTM steps chunk after chunk, and a second thread's hand-offs
+            # cost more than it gives; the fronts of two blocks run side by side instead
+            sequences = {
+                r: (OrtGraph(front, 1), OrtGraph(lstm, 1)) for r, (front, lstm) in sequence.items()
+            }
         except Exception as e:  # onnxruntime raises its own exception types
             raise VadModelError(f"could not load the VAD model {path}: {e}") from e
         vad = cls(graph, path, SequencePass(sequences))

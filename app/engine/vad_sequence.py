@@ -1,22 +1,26 @@
 """A whole clip through Silero VAD in a few calls, exactly as chunk after chunk.
 
 The sequence graphs (`app.export.vad_sequence`, built at `make models` beside `silero_vad.onnx`,
-one per sample rate) run the VAD's spectrum and convolutions over all chunks at once and its LSTM
-over the chunk sequence, in one graph call per `BLOCK_CHUNKS` chunks (the state is carried from
-block to block). The probabilities are the sequential pass's, chunk for chunk (to float rounding,
-~1e-6).
+two per sample rate) run the VAD's spectrum and convolutions over all chunks at once (the
+front) and its LSTM over the chunk sequence (the state carried from block to block), one call
+each per `BLOCK_CHUNKS` chunks. The front sees each chunk alone, so the fronts of the next blocks
+run on two threads of their own while the LSTM reads the block before them: the probabilities
+are the sequential pass's, chunk for chunk (to float rounding, ~1e-6), and the same bits as one
+graph of both parts.
 
-Per 60 s of 16 kHz audio (AMD EPYC, 2 cores): the graph ~22-32 ms on one thread (a second
-thread makes it slower: ~36 ms, the same probabilities) and the whole pass (gains, the
-narrowband check) ~32-45 ms, against ~110 ms for the same clip as parallel lanes of
-chunk-by-chunk calls and ~490 ms as one chunk per call; 10 min: ~310 ms (lanes: ~1.08 s). Blocks
-of 256 chunks: as fast as 1024 (4096 was ~15 % slower on 10 min, its intermediates out of the
-cache), and a server keeps ~8 MB after a 60 s pass instead of ~30 MB (the allocator keeps what a
-block's intermediates took).
+Per 60 s of 16 kHz audio (AMD EPYC, 2 cores): the graphs ~18 ms (one graph of both parts on one
+thread ~31 ms; a second ONNX Runtime thread inside it made it slower, ~36 ms: the LSTM's steps
+are too small to share) and the whole pass (gains, the narrowband check) ~25 ms, against ~110 ms
+for the same clip as parallel lanes of chunk-by-chunk calls and ~490 ms as one chunk per call.
+Blocks of 256 chunks: as fast as 1024 (4096 was ~15 % slower on 10 min, its intermediates out of
+the cache), and a server keeps ~8 MB after a 60 s pass instead of ~30 MB (the allocator keeps
+what a block's intermediates took).
 """
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -24,37 +28,62 @@ import numpy as np
 from app.runtime.graphs import Graph
 
 BLOCK_CHUNKS = 256  # chunks per graph call (8 s at 16 kHz; ~2 MB of intermediates)
+FRONTS_AHEAD = 2  # blocks whose fronts run while the LSTM reads an earlier one (two cores)
 HIDDEN = 128  # Silero's LSTM state width
+PARTS = ("front", "lstm")  # the graphs of one rate, in the order a block runs through them
+FEATURES = "features"  # the front's output, the LSTM's input
 OUTPUTS = ("probs", "h_out", "c_out")
 
 
-def sequence_file(vad_path: Path, rate: int) -> Path:
-    """Where the sequence graph of the Silero file `vad_path` for `rate` Hz lives."""
-    return vad_path.with_name(f"{vad_path.stem}.sequence-{rate}.onnx")
+def sequence_file(vad_path: Path, rate: int, part: str) -> Path:
+    """Where the sequence graph `part` (of `PARTS`) of the Silero file `vad_path` for `rate` Hz
+    lives."""
+    return vad_path.with_name(f"{vad_path.stem}.sequence-{rate}.{part}.onnx")
 
 
 class SequencePass:
-    """The sequence graphs of a Silero file, one per sample rate (thread-safe)."""
+    """The sequence graphs of a Silero file: per sample rate, its front and LSTM graphs (in
+    `PARTS` order). Thread-safe; the fronts of every pass share two threads."""
 
-    def __init__(self, sessions: dict[int, Graph]) -> None:
+    def __init__(self, sessions: dict[int, tuple[Graph, Graph]]) -> None:
         self.sessions = sessions
+        self._fronts = ThreadPoolExecutor(FRONTS_AHEAD, thread_name_prefix="vad-front")
 
     def probs(self, chunks: np.ndarray, context: int, rate: int) -> np.ndarray:
         """Speech probability f32 [n] of chunks f32 [n, C] (already gained), in order from the
         zero state, as a chunk-by-chunk pass gives them."""
-        session = self.sessions[rate]
-        n, size = chunks.shape
+        front, lstm = self.sessions[rate]
+        n = chunks.shape[0]
         out = np.empty(n, np.float32)
         h = np.zeros((1, 1, HIDDEN), np.float32)
         c = np.zeros((1, 1, HIDDEN), np.float32)
-        tail = np.zeros(context, np.float32)
-        for start in range(0, n, BLOCK_CHUNKS):
-            block = chunks[start : start + BLOCK_CHUNKS]
-            x = np.empty((block.shape[0], context + size), np.float32)
-            x[:, context:] = block
-            x[0, :context] = tail
-            x[1:, :context] = block[:-1, size - context :]
-            feeds = {"x": x, "h_in": h, "c_in": c}
-            out[start : start + block.shape[0]], h, c = session.run(OUTPUTS, feeds)
-            tail = block[-1, size - context :]
+        starts = iter(range(0, n, BLOCK_CHUNKS))
+        ahead: deque[tuple[int, Future]] = deque()
+
+        def submit() -> None:
+            start = next(starts, None)
+            if start is not None:
+                x = _framed(chunks, start, context)
+                ahead.append((start, self._fronts.submit(front.run, (FEATURES,), {"x": x})))
+
+        for _ in range(FRONTS_AHEAD):
+            submit()
+        while ahead:
+            start, features = ahead.popleft()
+            submit()
+            feeds = {FEATURES: features.result()[0], "h_in": h, "c_in": c}
+            probs, h, c = lstm.run(OUTPUTS, feeds)
+            out[start : start + probs.shape[0]] = probs
         return out
+
+
+def _framed(chunks: np.ndarray, start: int, context: int) -> np.ndarray:
+    """The graph's input for the block of chunks from `start`: each chunk f32 [C] after the
+    last `context` samples of the chunk before it (zeros before the first) -> [b, context + C]."""
+    block = chunks[start : start + BLOCK_CHUNKS]
+    size = chunks.shape[1]
+    x = np.empty((block.shape[0], context + size), np.float32)
+    x[:, context:] = block
+    x[0, :context] = chunks[start - 1, size - context :] if start else 0.0
+    x[1:, :context] = block[:-1, size - context :]
+    return x

@@ -12,7 +12,9 @@ per sample-rate branch of its `If`), so the model file stays the one the wheel s
     -> [n, 128] -> LSTM over n steps -> ReLU -> 1x1 conv -> sigmoid -> probs f32 [n]
 
 The convolutions are matrix products over windows gathered by slicing (their time axes are 4 frames
-or fewer, where ONNX Runtime's `Conv` costs ~4x more).
+or fewer, where ONNX Runtime's `Conv` costs ~4x more). Each rate gets two graphs, cut where the
+recurrence begins: the front (spectrum and convolutions, chunks independent of each other, so
+blocks of them run side by side) and the LSTM with the output layer (in order).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 from app.engine.vad import NARROW_RATE
-from app.engine.vad_sequence import HIDDEN, sequence_file
+from app.engine.vad_sequence import FEATURES, HIDDEN, PARTS, sequence_file
 
 _END = 2**62  # "to the end" in a Slice
 
@@ -36,11 +38,12 @@ def write_sequence_graphs(vad_path: Path) -> list[Path]:
     model = onnx.load(str(vad_path))
     written = []
     for rate, branch in branch_rates(model, NARROW_RATE).items():
-        target = sequence_file(vad_path, rate)
-        partial = target.with_suffix(".partial")
-        onnx.save(sequence_graph(branch), str(partial))
-        partial.replace(target)
-        written.append(target)
+        for part, graph in zip(PARTS, sequence_graphs(branch), strict=True):
+            target = sequence_file(vad_path, rate, part)
+            partial = target.with_suffix(".partial")
+            onnx.save(graph, str(partial))
+            partial.replace(target)
+            written.append(target)
     return written
 
 
@@ -61,14 +64,15 @@ def branch_rates(model: onnx.ModelProto, other_rate: int) -> dict[int, onnx.Grap
     return {rate: branches["then_branch"], other_rate: branches["else_branch"]}
 
 
-def sequence_graph(branch: onnx.GraphProto) -> onnx.ModelProto:
-    """The sequence graph of one Silero rate branch.
+def sequence_graphs(branch: onnx.GraphProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """The sequence graphs of one Silero rate branch, in `PARTS` order:
 
-    in:  x f32 [n, context + chunk] (chunk i with the last `context` samples of chunk i-1),
-         h_in, c_in f32 [1, 1, 128] (the LSTM state before chunk 0)
-    out: probs f32 [n], h_out, c_out f32 [1, 1, 128]
+    front: x f32 [n, context + chunk] (chunk i with the last `context` samples of chunk i-1)
+           -> features f32 [n, 1, 128]
+    lstm:  features, h_in, c_in f32 [1, 1, 128] (the LSTM state before chunk 0)
+           -> probs f32 [n], h_out, c_out f32 [1, 1, 128]
     """
-    return _SequenceBuilder(branch).model()
+    return _SequenceBuilder(branch).front(), _SequenceBuilder(branch).lstm()
 
 
 class _SequenceBuilder:
@@ -83,7 +87,6 @@ class _SequenceBuilder:
             raise SequenceGraphError(f"expected 6 Conv nodes, found {len(self.convs)}")
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
-        self.frame_pad = self.const("frame_pad", np.array([0, 1, 0, 0, 1, 0]))  # a frame a side
 
     def weight(self, suffix: str) -> np.ndarray:
         found = [a for k, a in self.consts.items() if k.endswith("__" + suffix)]
@@ -107,12 +110,21 @@ class _SequenceBuilder:
         ]
         return self.node("Slice", [x, *bounds], out)
 
-    def model(self) -> onnx.ModelProto:
+    def front(self) -> onnx.ModelProto:
+        self.frame_pad = self.const("frame_pad", np.array([0, 1, 0, 0, 1, 0]))  # a frame a side
         h = self._spectrum("x")
         for i, conv in enumerate(self.convs[1:5]):
             h = self._conv3(h, conv, i)
-        y = self._lstm(self.node("Reshape", [h, self.const("seq", np.array([-1, 1, HIDDEN]))], "s"))
-        y = self.node("Reshape", [y, self.const("flat", np.array([-1, HIDDEN]))], "y")
+        self.node("Reshape", [h, self.const("seq", np.array([-1, 1, HIDDEN]))], FEATURES)
+        return self._model(
+            "silero_front",
+            [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "width"])],
+            [oh.make_tensor_value_info(FEATURES, TensorProto.FLOAT, ["n", 1, HIDDEN])],
+        )
+
+    def lstm(self) -> onnx.ModelProto:
+        flat = self.const("flat", np.array([-1, HIDDEN]))
+        y = self.node("Reshape", [self._lstm(FEATURES), flat], "y")
         y = self.node("Relu", [y], "y_relu")
         out_w = self.weight("decoder.decoder.2.weight").reshape(1, HIDDEN).T  # [128, 1]
         logit = self.node("MatMul", [y, self.const("out_w", out_w)], "logit_w")
@@ -121,21 +133,25 @@ class _SequenceBuilder:
         )
         prob = self.node("Sigmoid", [logit], "prob")
         self.node("Reshape", [prob, self.const("vector", np.array([-1]))], "probs")
-        state = [1, 1, HIDDEN]
-        graph = oh.make_graph(
-            self.nodes, "silero_sequence",
+        f32, state = TensorProto.FLOAT, [1, 1, HIDDEN]
+        return self._model(
+            "silero_lstm",
             [
-                oh.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "width"]),
-                oh.make_tensor_value_info("h_in", TensorProto.FLOAT, state),
-                oh.make_tensor_value_info("c_in", TensorProto.FLOAT, state),
+                oh.make_tensor_value_info(FEATURES, f32, ["n", 1, HIDDEN]),
+                oh.make_tensor_value_info("h_in", f32, state),
+                oh.make_tensor_value_info("c_in", f32, state),
             ],
             [
-                oh.make_tensor_value_info("probs", TensorProto.FLOAT, ["n"]),
-                oh.make_tensor_value_info("h_out", TensorProto.FLOAT, state),
-                oh.make_tensor_value_info("c_out", TensorProto.FLOAT, state),
+                oh.make_tensor_value_info("probs", f32, ["n"]),
+                oh.make_tensor_value_info("h_out", f32, state),
+                oh.make_tensor_value_info("c_out", f32, state),
             ],
-            self.inits,
-        )  # fmt: skip
+        )
+
+    def _model(
+        self, name: str, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto]
+    ) -> onnx.ModelProto:
+        graph = oh.make_graph(self.nodes, name, inputs, outputs, self.inits)
         model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
         onnx.checker.check_model(model)
         return model

@@ -57,11 +57,12 @@ def test_a_folder_made_before_the_sequence_graphs_gets_them_and_the_same_probabi
     load with the way out named, and once the server's start has written them (as
     `ensure_sequence_graphs` does) it reads a clip exactly as the built folder's VAD."""
     shutil.copyfile(VAD_PATH, tmp_path / VAD_PATH.name)
-    with pytest.raises(VadModelError, match=r"sequence-16000\.onnx not found.*make models"):
+    with pytest.raises(VadModelError, match=r"sequence-16000\.front\.onnx not found.*make models"):
         SileroVad.load(tmp_path / VAD_PATH.name)
     written = ensure_sequence_graphs(tmp_path)
     assert sorted(p.name for p in written) == [
-        "silero_vad.sequence-16000.onnx", "silero_vad.sequence-8000.onnx"
+        "silero_vad.sequence-16000.front.onnx", "silero_vad.sequence-16000.lstm.onnx",
+        "silero_vad.sequence-8000.front.onnx", "silero_vad.sequence-8000.lstm.onnx",
     ]  # fmt: skip
     assert ensure_sequence_graphs(tmp_path) == []  # nothing left to write
     again = SileroVad.load(tmp_path / VAD_PATH.name)
@@ -243,23 +244,28 @@ def test_the_narrowband_branch_gives_the_chunk_by_chunk_probabilities(vad: Siler
 def test_blocks_of_a_long_clip_carry_the_state(
     vad: SileroVad, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A clip longer than a block runs as several graph calls; the LSTM state and the context
-    samples go from one to the next, so the probabilities do not change at the seams."""
+    """A clip longer than a block runs as several calls of each graph (the fronts of later
+    blocks beside the LSTM of an earlier one); the LSTM state and the context samples go from
+    one to the next, so the probabilities do not change at the seams."""
     audio = clip(EARNINGS)[: 20 * 16000]
     whole = vad.probs(audio)
-    runs = []
-    session = vad.sequence.sessions[16000]
-    real_run = session.run
+    runs: dict[str, list[int]] = {"x": [], "features": []}
 
     class Counted:
-        def run(self, names, feeds):
-            runs.append(feeds["x"].shape[0])
-            return real_run(names, feeds)
+        def __init__(self, graph, fed: str) -> None:
+            self.graph, self.fed = graph, fed
 
+        def run(self, names, feeds):
+            runs[self.fed].append(feeds[self.fed].shape[0])
+            return self.graph.run(names, feeds)
+
+    front, lstm = vad.sequence.sessions[16000]
     monkeypatch.setattr(vad_sequence, "BLOCK_CHUNKS", 100)
-    monkeypatch.setitem(vad.sequence.sessions, 16000, Counted())
+    monkeypatch.setitem(
+        vad.sequence.sessions, 16000, (Counted(front, "x"), Counted(lstm, "features"))
+    )
     blocked = vad.probs(audio)
-    assert runs == [100] * 6 + [25]
+    assert sorted(runs["x"], reverse=True) == runs["features"] == [100] * 6 + [25]
     np.testing.assert_allclose(blocked, whole, atol=1e-6)
 
 
