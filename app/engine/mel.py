@@ -17,12 +17,14 @@ from functools import lru_cache
 
 import numpy as np
 
+from app.engine.side_threads import beside
 from app.runtime.contract import N_FRAMES, SAMPLE_RATE
 
 N_FFT = 400  # samples per STFT window (25 ms)
 HOP_LENGTH = 160  # samples per mel frame (10 ms)
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100
 _BLOCK_FRAMES = 4096  # STFT frames transformed at a time (bounds memory for long audio)
+SPLIT_FRAMES = 1000  # from this many frames (10 s) the second half goes to a side thread
 
 
 def _hz_to_mel(freqs: np.ndarray) -> np.ndarray:
@@ -112,14 +114,12 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = 0) -
     tail = min(padding, (n_computed - 1) * HOP_LENGTH + N_FFT - audio.shape[0])
     padded = np.pad(np.pad(audio, (0, max(tail, 0))), N_FFT // 2, mode="reflect")
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH]
-    filters_t = mel_filters(n_mels).T  # [201, n_mels]
-    window = _hann_window()
-    for start in range(0, n_computed, _BLOCK_FRAMES):
-        stop = min(start + _BLOCK_FRAMES, n_computed)
-        spectrum = np.fft.rfft(frames[start:stop] * window, axis=-1)  # [b, 201] complex64
-        power = np.abs(spectrum)
-        np.square(power, out=power)
-        out[:, start:stop] = (power @ filters_t).T  # [n_mels, b]
+    # frames are independent: a long clip's second half is transformed on a side thread
+    half = n_computed // 2 if n_computed >= SPLIT_FRAMES else n_computed
+    second = beside(_mel_power, frames, out, half, n_computed) if half < n_computed else None
+    _mel_power(frames, out, 0, half)
+    if second is not None:
+        second()
     out[:, n_computed:] = 0.0  # silence: no power
     np.maximum(out, 1e-10, out=out)
     np.log(out, out=out)
@@ -128,6 +128,19 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = 0) -
     out += 4.0
     out /= 4.0
     return out
+
+
+def _mel_power(frames: np.ndarray, out: np.ndarray, start: int, stop: int) -> None:
+    """The mel power of `frames[start:stop]` (f32 [n, 400] views of the padded audio) into
+    `out[:, start:stop]`, in blocks of `_BLOCK_FRAMES`."""
+    filters_t = mel_filters(out.shape[0]).T  # [201, n_mels]
+    window = _hann_window()
+    for first in range(start, stop, _BLOCK_FRAMES):
+        last = min(first + _BLOCK_FRAMES, stop)
+        spectrum = np.fft.rfft(frames[first:last] * window, axis=-1)  # [b, 201] complex64
+        power = np.abs(spectrum)
+        np.square(power, out=power)
+        out[:, first:last] = (power @ filters_t).T  # [n_mels, b]
 
 
 def pad_or_trim(array: np.ndarray, length: int = N_FRAMES, *, axis: int = -1) -> np.ndarray:

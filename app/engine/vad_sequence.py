@@ -3,10 +3,10 @@
 The sequence graphs (`app.export.vad_sequence`, built at `make models` beside `silero_vad.onnx`,
 two per sample rate) run the VAD's spectrum and convolutions over all chunks at once (the
 front) and its LSTM over the chunk sequence (the state carried from block to block), one call
-each per `BLOCK_CHUNKS` chunks. The front sees each chunk alone, so the fronts of the next blocks
-run on two threads of their own while the LSTM reads the block before them: the probabilities
-are the sequential pass's, chunk for chunk (to float rounding, ~1e-6), and the same bits as one
-graph of both parts.
+each per `BLOCK_CHUNKS` chunks. The front sees each chunk alone, so the fronts of the next
+blocks run on the side threads (`side_threads`) while the LSTM reads the block before them: the
+probabilities are the sequential pass's, chunk for chunk (to float rounding, ~1e-6), and the
+same bits as one graph of both parts.
 
 Per 60 s of 16 kHz audio (AMD EPYC, 2 cores): the graphs ~18 ms (one graph of both parts on one
 thread ~31 ms; a second ONNX Runtime thread inside it made it slower, ~36 ms: the LSTM's steps
@@ -20,15 +20,16 @@ what a block's intermediates took).
 from __future__ import annotations
 
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from app.engine.side_threads import SIDE_THREADS, beside
 from app.runtime.graphs import Graph
 
 BLOCK_CHUNKS = 256  # chunks per graph call (8 s at 16 kHz; ~2 MB of intermediates)
-FRONTS_AHEAD = 2  # blocks whose fronts run while the LSTM reads an earlier one (two cores)
+FRONTS_AHEAD = SIDE_THREADS  # blocks whose fronts run while the LSTM reads an earlier one
 HIDDEN = 128  # Silero's LSTM state width
 PARTS = ("front", "lstm")  # the graphs of one rate, in the order a block runs through them
 FEATURES = "features"  # the front's output, the LSTM's input
@@ -43,11 +44,10 @@ def sequence_file(vad_path: Path, rate: int, part: str) -> Path:
 
 class SequencePass:
     """The sequence graphs of a Silero file: per sample rate, its front and LSTM graphs (in
-    `PARTS` order). Thread-safe; the fronts of every pass share two threads."""
+    `PARTS` order). Thread-safe; the fronts run on the side threads (`side_threads`)."""
 
     def __init__(self, sessions: dict[int, tuple[Graph, Graph]]) -> None:
         self.sessions = sessions
-        self._fronts = ThreadPoolExecutor(FRONTS_AHEAD, thread_name_prefix="vad-front")
 
     def probs(self, chunks: np.ndarray, context: int, rate: int) -> np.ndarray:
         """Speech probability f32 [n] of chunks f32 [n, C] (already gained), in order from the
@@ -58,20 +58,20 @@ class SequencePass:
         h = np.zeros((1, 1, HIDDEN), np.float32)
         c = np.zeros((1, 1, HIDDEN), np.float32)
         starts = iter(range(0, n, BLOCK_CHUNKS))
-        ahead: deque[tuple[int, Future]] = deque()
+        ahead: deque[tuple[int, Callable[[], list[np.ndarray]]]] = deque()
 
         def submit() -> None:
             start = next(starts, None)
             if start is not None:
                 x = _framed(chunks, start, context)
-                ahead.append((start, self._fronts.submit(front.run, (FEATURES,), {"x": x})))
+                ahead.append((start, beside(front.run, (FEATURES,), {"x": x})))
 
         for _ in range(FRONTS_AHEAD):
             submit()
         while ahead:
             start, features = ahead.popleft()
             submit()
-            feeds = {FEATURES: features.result()[0], "h_in": h, "c_in": c}
+            feeds = {FEATURES: features()[0], "h_in": h, "c_in": c}
             probs, h, c = lstm.run(OUTPUTS, feeds)
             out[start : start + probs.shape[0]] = probs
         return out
