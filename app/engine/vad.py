@@ -56,6 +56,11 @@ MAX_GAIN = 3000.0  # +70 dB at most; digital silence stays silence
 _RELEASE = float(np.exp(-CHUNK_S / LEVEL_RELEASE_S))  # per chunk
 
 
+def sequence_files(path: Path) -> dict[int, tuple[Path, Path]]:
+    """Where the sequence graphs of the Silero file `path` live: per rate, in `PARTS` order."""
+    return {rate: tuple(sequence_file(path, rate, part) for part in PARTS) for rate in RATES}
+
+
 class VadModelError(RuntimeError):
     """The VAD model file is missing or is not the expected Silero graph."""
 
@@ -158,7 +163,7 @@ class SileroVad:
         itself (it is tiny; streams call it chunk by chunk) and its sequence graphs for whole
         clips (`app.engine.vad_sequence`), built beside it at `make models`."""
         path = Path(path)
-        sequence = {rate: [sequence_file(path, rate, part) for part in PARTS] for rate in RATES}
+        sequence = sequence_files(path)
         for needed in (path, *(f for files in sequence.values() for f in files)):
             if not needed.is_file():
                 raise VadModelError(

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.vad import RATES, VAD_FILE
-from app.engine.vad_sequence import PARTS, sequence_file
+from app.engine.vad import VAD_FILE, sequence_files
 from app.export.errors import BuildError
 from app.export.sources import extract_checked, sha256_of
 from app.export.vad_sequence import SequenceGraphError, write_sequence_graphs
@@ -39,7 +38,7 @@ def ensure_sequence_graphs(models_dir: Path) -> list[Path]:
     folder made before they were built at `make models`); those written. Nothing without the
     model file; `BuildError` for a file that is not Silero's."""
     target = models_dir / VAD_FILE
-    graphs = [sequence_file(target, rate, part) for rate in RATES for part in PARTS]
+    graphs = [f for files in sequence_files(target).values() for f in files]
     if not target.is_file() or all(graph.is_file() for graph in graphs):
         return []
     try:

@@ -111,10 +111,10 @@ class _SequenceBuilder:
         return self.node("Slice", [x, *bounds], out)
 
     def front(self) -> onnx.ModelProto:
-        self.frame_pad = self.const("frame_pad", np.array([0, 1, 0, 0, 1, 0]))  # a frame a side
+        frame_pad = self.const("frame_pad", np.array([0, 1, 0, 0, 1, 0]))  # a frame a side
         h = self._spectrum("x")
         for i, conv in enumerate(self.convs[1:5]):
-            h = self._conv3(h, conv, i)
+            h = self._conv3(h, conv, i, frame_pad)
         self.node("Reshape", [h, self.const("seq", np.array([-1, 1, HIDDEN]))], FEATURES)
         return self._model(
             "silero_front",
@@ -183,14 +183,14 @@ class _SequenceBuilder:
         )
         return self.node("Sqrt", [power], "magnitude")
 
-    def _conv3(self, h: str, conv: onnx.NodeProto, i: int) -> str:
+    def _conv3(self, h: str, conv: onnx.NodeProto, i: int, frame_pad: str) -> str:
         """ReLU(conv k3, pad 1, stride s) over the frames of h [n, T, C_in] -> [n, T', C_out]:
         the three taps side by side, one matrix product."""
         [stride] = _ints(conv, "strides")
         if _ints(conv, "kernel_shape") != [3] or _ints(conv, "pads") != [1, 1]:
             raise SequenceGraphError("unexpected encoder convolution")
         w = self.weight(f"encoder.{i}.reparam_conv.weight")  # [C_out, C_in, 3]
-        framed = self.node("Pad", [h, self.frame_pad], f"e{i}_pad")
+        framed = self.node("Pad", [h, frame_pad], f"e{i}_pad")
         taps = [
             self.slice(framed, f"e{i}_tap{k}", k, _END if k == 2 else k - 2, 1, stride)
             for k in range(3)
