@@ -136,7 +136,7 @@ def is_narrowband(audio: np.ndarray, rate: int = SAMPLE_RATE) -> bool:
     if n == 0:
         return False
     picks = np.unique(np.linspace(0, n - 1, min(n, _BAND_BLOCKS)).astype(int))
-    blocks = np.stack([audio[i * rate : (i + 1) * rate] for i in picks]).astype(np.float32)
+    blocks = np.stack([audio[i * rate : (i + 1) * rate] for i in picks], dtype=np.float32)
     blocks -= blocks.mean(axis=1, keepdims=True)  # a DC offset is no band: leave it out
     power = np.abs(np.fft.rfft(blocks, axis=1))  # [blocks, rate // 2 + 1]
     np.square(power, out=power)  # in float32: its rounding (~1e-14 of the power) is far below
