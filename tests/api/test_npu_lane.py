@@ -155,12 +155,11 @@ def decode_rows(server: LiveServer) -> tuple[float, float]:
 
 def test_clients_at_once_share_the_decoder_steps(client: openai.OpenAI, server: LiveServer) -> None:
     """Greedy decodes of three clients at once batched on the shapes compiled for batched steps
-    (3 rows padded to 4): fewer decoder steps than the clients' alone,
-    each reading what it reads alone. (A beam-5 request's 5 rows batch with no other's:
-    `BATCH_MAX_ROWS` is 8.) Two clients share steps only while the first one's decode outlasts
-    the second one's window being encoded (one window per encoder call on the NPU): 0-10 of
-    their 75 steps, by timing alone, so two clients prove nothing either way; three share 28-46
-    of 123."""
+    (3 rows padded to 4): fewer decoder steps than the clients' alone, each reading what it reads
+    alone. (A beam-5 request's 5 rows batch with no other's: `BATCH_MAX_ROWS` is 8.) Two clients
+    share steps only while the first one's decode outlasts the second one's window being encoded
+    (one window per encoder call on the NPU): 0-10 of their 75 steps, by timing alone, so two
+    clients prove nothing either way; three share 28-46 of 123."""
     paths = (JFK_WAV, LIBRISPEECH, LIBRISPEECH_2)
     clients = len(paths)
     _, steps_before = decode_rows(server)
