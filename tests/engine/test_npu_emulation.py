@@ -1,10 +1,12 @@
 """The NPU path through OpenVINO's real NPU plugin, its partitioner (NPUW) computing on the CPU
 (`RuntimeOptions.npu_emulation`): every shape compiled at load, calls of other row counts served
-by them, and the words of the repo's English clips as the CPU path reads them (greedy, beam 5,
-the temperature fallback), with nothing compiled after the load."""
+by them, and the words of the repo's English clips as the CPU path reads them but for near ties
+(greedy, beam 5, the temperature fallback), with nothing compiled after the load."""
 
 from __future__ import annotations
 
+import difflib
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -12,8 +14,10 @@ import pytest
 
 from app.engine.kv_cache import StaticCache, make_cache
 from app.engine.mel import HOP_LENGTH
+from app.engine.words import Word
 from app.runtime import contract, graphs
 from app.runtime.contract import N_SAMPLES_PER_WINDOW
+from app.runtime.cpu_kind import this_cpu
 from app.runtime.graphs import OpenVINOGraph, compile_counts
 from app.runtime.placement import RuntimeOptions, openvino_properties
 from app.runtime.sessions import WhisperSessions
@@ -27,6 +31,22 @@ from tests.engine.conftest import ENGLISH_CLIPS, JFK, _tokenizer, clip
 from tests.engine.test_window_retries import decode
 
 CLIPS = sorted({c for c in ENGLISH_CLIPS if c not in ("jfk.mp3", "jfk.wav")})
+# The NPU plugin's graph differs from the CPU's at f16's level (see
+# `test_calls_of_other_row_counts_run_padded_or_split_on_the_compiled_shapes`), so a token whose
+# runner-up is about as likely may be read otherwise: where two tokens tie, neither has more than
+# half the probability. Held to AVX2 (beam 5), the CPU path reads "-fattened", two of its tokens
+# at 0.38 and 0.41, where the NPU path reads " fattened".
+NEAR_TIE = 0.5
+FRAME = 0.021  # one 20 ms frame of the aligner's, and the times' rounding
+
+
+def time_tolerance() -> float:
+    """How far the NPU path's word times may be from the CPU's on this CPU kind: one frame
+    where the int8-input layers multiply int8 x int8 on both (the integer products the same);
+    where they run in float on their int8 grids, each plugin summing in its own order, the
+    aligner moves a boundary by up to 5 frames now and then (held to AVX2: 21 of 414 words'
+    times by 40-100 ms), so 10 frames there; the median of all within one on every kind."""
+    return FRAME if this_cpu().int8_dot_products else 0.201
 
 
 def npu_compiles() -> int:
@@ -150,27 +170,48 @@ def test_a_shape_no_compiled_one_fits_is_compiled_once_and_counted(
     assert npu_compiles() == compiled + 1
 
 
+def read_near_a_tie(word: Word) -> bool:
+    """One of the word's tokens was read with at most half the probability (`NEAR_TIE`)."""
+    return any(math.exp(logprob) <= NEAR_TIE for logprob in word.logprobs)
+
+
+def moves_of_words_read_alike(got: list[Word], want: list[Word], name: str) -> list[float]:
+    """How far (s) each start and end of the words `got` and `want` read alike moved; asserts
+    that `got` reads as `want` word for word but where `want` read a word near a tie."""
+    matcher = difflib.SequenceMatcher(
+        a=[w.word for w in got], b=[w.word for w in want], autojunk=False
+    )
+    moves = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for a, b in zip(got[i1:i2], want[j1:j2], strict=True):
+                moves += [abs(a.start - b.start), abs(a.end - b.end)]
+        else:
+            assert any(map(read_near_a_tie, want[j1:j2])), (name, got[i1:i2], want[j1:j2])
+    return moves
+
+
+@pytest.mark.cpu_kind
+@pytest.mark.per_arithmetic
 @pytest.mark.parametrize("beam_size", [None, 5], ids=["greedy", "beam5"])
-def test_the_english_clips_read_word_for_word_as_on_the_cpu(
+def test_the_english_clips_read_as_on_the_cpu_but_for_near_ties(
     npu: WhisperSessions, cpu_static: WhisperSessions, beam_size: int | None
 ) -> None:
     tokenizer = _tokenizer("tiny.en")
     compiled = npu_compiles()
+    moves: list[float] = []  # of the words read alike, each start's and end's (s)
     for name in CLIPS:
-        texts = []
+        words = []
         for sessions in (npu, cpu_static):
             options = TranscriptionOptions(
                 beam_size=beam_size, kv_cache="static", vad_filter=False, word_timestamps=True
             )
             segments, _ = Transcriber(sessions, tokenizer).transcribe(clip(name), options)
-            texts.append([(w.word, w.start, w.end) for s in segments for w in s.words or ()])
-        assert [w for w, _, _ in texts[0]] == [w for w, _, _ in texts[1]], name
-        np.testing.assert_allclose(
-            [t for _, *times in texts[0] for t in times],
-            [t for _, *times in texts[1] for t in times],
-            atol=0.021,  # one 20 ms frame
-            err_msg=name,
-        )
+            words.append([w for s in segments for w in s.words or ()])
+        assert words[1], name
+        moves += moves_of_words_read_alike(*words, name)
+    assert max(moves) <= time_tolerance()
+    assert np.median(moves) <= FRAME
     assert npu_compiles() == compiled
 
 
