@@ -6,7 +6,6 @@ compiled after the load."""
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import replace
 
@@ -37,7 +36,9 @@ CLIPS = sorted({c for c in ENGLISH_CLIPS if c not in ("jfk.mp3", "jfk.wav")})
 # int8-input layers run in float on their int8 grids (no int8 dot products), each plugin summing
 # in its own order, a token whose runner-up is about as likely may then be read otherwise: where
 # two tokens tie, neither has more than half the probability. Held to AVX2 (beam 5), the CPU path
-# reads "-fattened", two of its tokens at 0.38 and 0.41, where the NPU path reads " fattened".
+# reads "-fattened", two of its tokens at 0.38 and 0.41, where the NPU path reads " fattened"
+# (the AVX-512 BF16 EPYC); " down waiting", " waiting" at 0.48, where it reads " down, waiting"
+# (the AMX Xeon, now and then: the NPU plugin's sums are not always in the same order).
 NEAR_TIE = 0.5
 FRAME = 0.021  # one 20 ms frame of the aligner's, and the times' rounding
 
@@ -177,27 +178,44 @@ def test_a_shape_no_compiled_one_fits_is_compiled_once_and_counted(
     assert npu_compiles() == compiled + 1
 
 
-def read_near_a_tie(word: Word) -> bool:
-    """One of the word's tokens was read with at most half the probability (`NEAR_TIE`)."""
-    return any(math.exp(logprob) <= NEAR_TIE for logprob in word.logprobs)
+def first_parting(got: list[Word], want: list[Word]) -> tuple[int, float | None] | None:
+    """Where the two readings first read a different token: how many words both read before
+    the word it is in, and the probability `want` read its own token there with (None where
+    `want` had ended: its token there is a timestamp or the end); None where they read alike
+    token for token."""
+    a = [(i, token) for i, w in enumerate(got) for token in w.tokens]
+    b = [
+        (i, token, lp)
+        for i, w in enumerate(want)
+        for token, lp in zip(w.tokens, w.logprobs, strict=True)
+    ]
+    for k in range(max(len(a), len(b))):
+        if k >= len(a) or k >= len(b) or a[k][1] != b[k][1]:
+            words_before = min(
+                a[k][0] if k < len(a) else len(got), b[k][0] if k < len(b) else len(want)
+            )
+            return words_before, math.exp(b[k][2]) if k < len(b) else None
+    return None
 
 
 def moves_of_words_read_alike(got: list[Word], want: list[Word], name: str) -> list[float]:
-    """How far (s) each start and end of the words `got` and `want` read alike moved; asserts
-    that `got` reads as `want` word for word, but, on a kind that runs the int8-input layers in
-    float, where `want` read a word near a tie."""
-    matcher = difflib.SequenceMatcher(
-        a=[w.word for w in got], b=[w.word for w in want], autojunk=False
-    )
-    moves = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            for a, b in zip(got[i1:i2], want[j1:j2], strict=True):
-                moves += [abs(a.start - b.start), abs(a.end - b.end)]
-        else:
-            near_a_tie = any(map(read_near_a_tie, want[j1:j2]))
-            assert int8_inputs_in_float() and near_a_tie, (name, got[i1:i2], want[j1:j2])
-    return moves
+    """How far (s) each start and end of the words `got` and `want` read alike moved. They read
+    alike token for token; but, on a kind that runs the int8-input layers in float, they may
+    part where `want` read its token near a tie, and after that they are two readings: only the
+    words before the parting are compared (the aligner places the words around it otherwise:
+    " potatoes, and" against " potatoes and" moves " and" by 0.4 s)."""
+    parting = first_parting(got, want)
+    alike = len(want)
+    if parting is not None:
+        alike, probability = parting
+        near_a_tie = probability is not None and probability <= NEAR_TIE
+        assert int8_inputs_in_float() and near_a_tie, (name, got[alike:][:3], want[alike:][:3])
+    assert [w.word for w in got[:alike]] == [w.word for w in want[:alike]], name
+    return [
+        abs(getattr(a, edge) - getattr(b, edge))
+        for a, b in zip(got[:alike], want[:alike], strict=True)
+        for edge in ("start", "end")
+    ]
 
 
 @pytest.mark.cpu_kind
