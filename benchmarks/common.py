@@ -379,6 +379,16 @@ class Worker:
                 )
             cmd = [str(GENAI_PYTHON), "-m", "benchmarks.genai_worker"]
             load = {"model_dir": str(ov), "threads": threads, "device": config.device}
+            from app.runtime.cpu_kind import ISA_VARIABLE
+            from app.runtime.placement import resolved_precision
+
+            if os.environ.get(ISA_VARIABLE):
+                # held, OpenVINO's own defaults read the real CPU and then find no kernel under
+                # the cap (bf16 Softmax; int8-weight layers with their inputs quantized on the
+                # fly, which want int8 dot products): the precision a CPU of the held kind
+                # computes in, as ours takes it, and the inputs in float, as ours has them
+                load["precision"] = resolved_precision("CPU", "auto")
+                load["held"] = True
         else:
             models_dir = models_dir_for(model, config.files)
             cmd = [str(OUR_PYTHON), "-m", "benchmarks.our_worker"]
