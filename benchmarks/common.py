@@ -387,8 +387,10 @@ class Worker:
                 # the cap (bf16 Softmax; int8-weight layers with their inputs quantized on the
                 # fly, which want int8 dot products): the precision a CPU of the held kind
                 # computes in, as ours takes it, and the inputs in float, as ours has them
-                load["precision"] = resolved_precision("CPU", "auto")
-                load["held"] = True
+                load["properties"] = {
+                    "INFERENCE_PRECISION_HINT": resolved_precision("CPU", "auto"),
+                    "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
+                }
         else:
             models_dir = models_dir_for(model, config.files)
             cmd = [str(OUR_PYTHON), "-m", "benchmarks.our_worker"]

@@ -2,7 +2,7 @@
 `make bench-genai-setup` and `benchmarks/genai_model.py`). Imports nothing from the project but
 the standard-library-only `benchmarks/worker_protocol.py`.
 
-  {"op": "load", "model_dir", "threads", "device"?, "precision"?, "held"?} -> {"load_s", "rss_mb"}
+  {"op": "load", "model_dir", "threads", "device"?, "properties"?} -> {"load_s", "rss_mb"}
   {"op": "transcribe", "path", "beam_size", "language"?} -> {"text", "total_s", "audio_s"}
   {"op": "rss"};  {"op": "quit"}
 End-to-end time = reading and resampling the file (soundfile, as faster-whisper's decode_audio
@@ -42,27 +42,17 @@ class GenAI:
         self.multilingual = False
 
     def load(
-        self,
-        model_dir: str,
-        threads: int,
-        device: str = "CPU",
-        precision: str | None = None,
-        held: bool = False,
+        self, model_dir: str, threads: int, device: str = "CPU", properties: dict | None = None
     ) -> dict:
-        """precision: the CPU's inference precision (its own default if None); held: the CPU
-        plugin is held to a smaller instruction set, where its default of quantizing the int8
-        layers' inputs on the fly finds no kernel: off."""
+        """properties: CPU plugin properties over its own defaults (held to a smaller kind)."""
         started = time.perf_counter()
         import openvino_genai
 
         if device == "NPU":
             self.pipe = openvino_genai.WhisperPipeline(model_dir, "NPU", **NPU_ON_CPU)
         else:
-            hint = {"INFERENCE_PRECISION_HINT": precision} if precision else {}
-            if held:
-                hint["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
             self.pipe = openvino_genai.WhisperPipeline(
-                model_dir, "CPU", INFERENCE_NUM_THREADS=threads, **hint
+                model_dir, "CPU", INFERENCE_NUM_THREADS=threads, **(properties or {})
             )
         self.multilingual = self.pipe.get_generation_config().is_multilingual
         return {"load_s": time.perf_counter() - started, **rss()}
